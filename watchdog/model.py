@@ -1,0 +1,232 @@
+"""The data that flows one way through the watchdog: sources -> Observation -> Window -> Verdict.
+
+Every type here is a frozen dataclass that round-trips through plain JSON (`to_dict` /
+`from_dict`), so a recorded timeline can be replayed through the same pure classifier.
+Times are `t` (monotonic seconds, for intervals) and `wall` (Unix seconds, for humans).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+# States are part of the public contract (ARCHITECTURE.md "States and causes").
+STATES: tuple[str, ...] = (
+    "starting",
+    "loading",
+    "compiling",
+    "idle",
+    "serving",
+    "stalled",
+    "hung",
+    "dead",
+)
+HANG_STATES = frozenset({"hung", "dead"})
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one instant. A field the source could not read is None."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    cc: str | None = None  # compute capability "major.minor", e.g. "10.3" on GB300
+    sm: float | None = None  # SM utilisation, ratio 0-1
+    dram: float | None = None  # DRAM bandwidth utilisation, ratio 0-1
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    procs: int | None = None  # compute processes on the GPU; None when unknown
+    pids: tuple[int, ...] = ()  # host PIDs of those processes (NVML reports host PIDs)
+    method: str = ""  # what produced sm/dram: "gpm", "utilization_rates", "dcgm_prof", "dcgm_dev", "file"
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One parsed log line. `kind` says which parser recognised it; `line` is the cleaned text.
+
+    kinds: "progress" (a tqdm bar: desc, n, total, pct, elapsed_s), "stats" (vLLM's
+    `Engine 000:` line: prompt_tps, gen_tps, running, waiting), "loading" (weight-shard bar:
+    n, total), "capture" (CUDA-graph capture bar: n, total), "milestone" (name), "jit"
+    (a `flashinfer.jit:` line: action), "compile" (torch.compile), "version" (vllm version),
+    "trtllm" (TRTLLM attention in use: enabled), "line" (anything else kept for signatures).
+    """
+
+    kind: str
+    line: str
+    source: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VllmSample:
+    """One scrape of the server's /metrics and /health."""
+
+    up: bool  # /metrics answered and parsed
+    health_status: int | None = None  # HTTP status of /health; None when it did not answer
+    iterations: float | None = None  # vllm:iteration_tokens_total_count (one per engine step)
+    prompt_tokens: float | None = None  # vllm:prompt_tokens_total
+    generation_tokens: float | None = None  # vllm:generation_tokens_total
+    running: float | None = None  # vllm:num_requests_running
+    waiting: float | None = None  # vllm:num_requests_waiting
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    """One process of the server's tree."""
+
+    pid: int
+    ppid: int
+    name: str
+    title: str  # process title / command line, e.g. "VLLM::EngineCore"
+    cpu_s: float | None = None
+    read_bytes: int | None = None
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class ProcSnapshot:
+    """The target and its whole tree."""
+
+    target_pid: int | None
+    alive: bool
+    procs: tuple[ProcInfo, ...] = ()
+    compilers: tuple[str, ...] = ()  # names of live compiler children: nvcc, ninja, cicc, ptxas
+    restarted: bool = False  # the target came back under a new PID this tick
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A TCP socket from the server's tree to a kernel-CDN host."""
+
+    pid: int
+    host: str
+    ip: str
+    port: int
+    state: str  # psutil's CONN_* name, e.g. "ESTABLISHED", "SYN_SENT"
+    age_s: float  # how long the watchdog has seen this socket
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One Python (or native) stack frame, innermost first within a thread."""
+
+    name: str
+    filename: str = ""
+    line: int = 0
+    module: str = ""
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    thread_id: int
+    name: str
+    frames: tuple[Frame, ...]
+    active: bool = False
+    unchanged: bool = False  # identical in two dumps taken an interval apart
+
+
+@dataclass(frozen=True)
+class StackSample:
+    """The stacks of one process, or why they could not be taken."""
+
+    pid: int
+    title: str
+    threads: tuple[ThreadStack, ...] = ()
+    error: str | None = None  # e.g. "py-spy not found", "permission denied", "timed out"
+    fix: str | None = None  # what the operator can do about `error`
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the sources saw in one tick. A source that is down contributes nothing."""
+
+    t: float
+    wall: float
+    gpus: tuple[GpuSample, ...] = ()
+    logs: tuple[LogEvent, ...] = ()
+    vllm: VllmSample | None = None
+    procs: ProcSnapshot | None = None
+    conns: tuple[Connection, ...] = ()
+    stacks: tuple[StackSample, ...] = ()
+    facts: dict[str, Any] = field(default_factory=dict)  # environment facts, e.g. {"flashinfer": "0.6.7"}
+    sources: dict[str, bool] = field(default_factory=dict)  # source name -> up
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One fact that supported a verdict, named by the source it came from."""
+
+    source: str  # "gpu", "log", "vllm", "procs", "conns", "stacks", "facts"
+    kind: str  # the evidence kind from the signature data, e.g. "gpu_spin", "log", "stack"
+    detail: str  # human-readable, e.g. "GPU 0 SM 0.99 DRAM 0.00 for 18 s"
+    weight: float = 0.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What classify() concluded about a window."""
+
+    state: str
+    signature: str | None = None
+    title: str = ""
+    confidence: float = 0.0
+    evidence: tuple[Evidence, ...] = ()
+    fix: str = ""
+    commands: tuple[str, ...] = ()
+    references: tuple[str, ...] = ()
+    fallback: str | None = None
+    suspicious: bool = False  # no progress with work pending: time to take stacks
+    seconds_since_progress: float | None = None
+    progress_ratio: float | None = None
+    reason: str = ""  # one line on why this state, for non-hang states too
+
+    @property
+    def is_hang(self) -> bool:
+        return self.signature is not None and self.state in HANG_STATES
+
+
+T = TypeVar("T")
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass tree as plain JSON-able data."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def from_dict(cls: type[T], data: Any) -> T:
+    """Rebuild a dataclass written by `to_dict`; unknown keys are ignored (forward compatible)."""
+    return typing.cast(T, _decode(cls, data))
+
+
+def _decode(tp: Any, data: Any) -> Any:
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _decode(args[0], data) if len(args) == 1 else data
+    if origin is tuple:
+        (item,) = typing.get_args(tp)[:1]
+        return tuple(_decode(item, v) for v in data)
+    if origin is dict:
+        return dict(data)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        kwargs = {
+            f.name: _decode(hints[f.name], data[f.name])
+            for f in dataclasses.fields(tp)
+            if f.name in data
+        }
+        return tp(**kwargs)
+    return data
