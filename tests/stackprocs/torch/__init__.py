@@ -1,0 +1,1 @@
+"""Stand-in `torch` package for py-spy tests; only the module path matters."""

@@ -1,0 +1,1 @@
+"""Stand-in `torch.distributed` for py-spy tests."""

@@ -1,0 +1,179 @@
+"""FactsSource against real child processes; versions from an injected lookup or the real one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from watchdog.sources.facts import FactsSource, trtllm_attention
+
+SLEEPER = "import time; time.sleep(600)"
+Spawn = Callable[..., subprocess.Popen[Any]]
+
+
+@pytest.fixture
+def spawn() -> Iterator[Spawn]:
+    started: list[subprocess.Popen[Any]] = []
+
+    def _spawn(argv: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen[Any]:
+        full = {"PATH": os.environ.get("PATH", ""), **(env or {})}
+        p = subprocess.Popen(argv, env=full)
+        started.append(p)
+        _wait(lambda: _cmdline(p.pid) == argv)
+        return p
+
+    yield _spawn
+    for p in started:
+        p.kill()
+        p.wait(timeout=10)
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode() for a in raw.split(b"\0") if a]
+
+
+def _wait(cond: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := cond()):
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+    return value
+
+
+class GatedVersions:
+    """A version lookup that answers only when released, and records its calls."""
+
+    def __init__(self, answer: Mapping[str, str | None]) -> None:
+        self.answer = answer
+        self.release = threading.Event()
+        self.calls: list[tuple[str, dict[str, str]]] = []
+
+    def __call__(self, python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
+        self.calls.append((python, dict(environ)))
+        assert self.release.wait(30)
+        return self.answer
+
+
+def test_facts_of_a_python_target_without_blocking(spawn: Spawn) -> None:
+    argv = [sys.executable, "-c", SLEEPER, "--attention-config.use_trtllm_attention=0"]
+    env = {"FLASHINFER_CUBINS_REPOSITORY": "https://mirror.example/cubins/"}
+    p = spawn(argv, env)
+    versions = GatedVersions({"flashinfer-python": "0.6.7", "vllm": "0.11.0", "torch": None})
+    src = FactsSource(versions=versions)
+    early = src.poll(p.pid)  # the lookup is blocked: poll still answers
+    assert early["python"] == os.path.realpath(sys.executable)
+    assert early["cmdline"] == argv and early["flashinfer-python"] is None
+    assert early["trtllm_attention"] is False
+    assert early["cubins_repository"] == "https://mirror.example/cubins/"
+    assert early["flashinfer_no_download"] is False
+    assert early["environ"]["FLASHINFER_CUBINS_REPOSITORY"] == env["FLASHINFER_CUBINS_REPOSITORY"]
+    versions.release.set()
+    done = _wait(lambda: (f := src.poll(p.pid))["flashinfer-python"] and f)
+    assert (done["flashinfer-python"], done["vllm"], done["torch"]) == ("0.6.7", "0.11.0", None)
+    assert done["flashinfer-cubin"] is None and src.health.up
+    assert len(versions.calls) == 1  # once per target PID, not once per tick
+    assert (
+        versions.calls[0][1]["FLASHINFER_CUBINS_REPOSITORY"] == env["FLASHINFER_CUBINS_REPOSITORY"]
+    )
+
+
+def test_new_target_pid_gets_fresh_facts(spawn: Spawn) -> None:
+    a = spawn([sys.executable, "-c", SLEEPER], {"FLASHINFER_NO_DOWNLOAD": "1"})
+    b = spawn([sys.executable, "-c", SLEEPER, "--attention-config.use_trtllm_attention", "1"])
+    versions = GatedVersions({"vllm": "0.9.2"})
+    versions.release.set()
+    src = FactsSource(versions=versions)
+    fa = src.poll(a.pid)
+    assert fa["flashinfer_no_download"] is True and fa["trtllm_attention"] is None
+    fb = src.poll(b.pid)
+    assert fb["flashinfer_no_download"] is False and fb["trtllm_attention"] is True
+    _wait(lambda: len(versions.calls) == 2)
+
+
+def test_non_python_target_has_no_versions(spawn: Spawn) -> None:
+    sleep = shutil.which("sleep") or "/bin/sleep"
+    p = spawn([sleep, "600"], {"VLLM_USE_TRTLLM_ATTENTION": "0"})
+    versions = GatedVersions({})
+    src = FactsSource(versions=versions)
+    facts = src.poll(p.pid)
+    assert facts["python"] is None and facts["vllm"] is None
+    assert facts["trtllm_attention"] is False
+    assert versions.calls == [] and src.health.up
+
+
+def test_failed_lookup_marks_down_and_keeps_facts(spawn: Spawn) -> None:
+    p = spawn([sys.executable, "-c", SLEEPER])
+
+    def broken(python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
+        raise RuntimeError("interpreter exited with status 1")
+
+    src = FactsSource(versions=broken)
+    assert src.poll(p.pid)["cmdline"]
+    _wait(lambda: not src.health.up)
+    assert "status 1" in (src.health.last_error or "")
+    assert src.poll(p.pid)["torch"] is None
+
+
+def test_no_target_and_vanished_target() -> None:
+    src = FactsSource(versions=GatedVersions({}))
+    assert src.poll(None) == {}
+    facts = src.poll(2**22 + 12345)
+    assert facts["cmdline"] == [] and facts["python"] is None and not src.health.up
+
+
+def test_real_version_lookup_in_the_target_environment(spawn: Spawn, tmp_path: Path) -> None:
+    dist = tmp_path / "flashinfer_python-0.6.7.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.7\n"
+    )
+    p = spawn([sys.executable, "-c", SLEEPER], {"PYTHONPATH": str(tmp_path)})
+    src = FactsSource()  # default lookup: watchdog.pyenv, run with the target's environment
+    facts = _wait(lambda: (f := src.poll(p.pid))["flashinfer-python"] and f)
+    assert facts["flashinfer-python"] == "0.6.7" and facts["flashinfer-cubin"] is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        ([], {}, None),
+        (["--attention-config.use_trtllm_attention=0"], {}, False),
+        (["--attention-config.use_trtllm_attention=false"], {}, False),
+        (["--attention-config.use_trtllm_attention", "0"], {}, False),
+        (["--attention-config.use-trtllm-attention=1"], {}, True),
+        (["--attention-config", '{"use_trtllm_attention": false}'], {}, False),
+        (['--attention-config={"use_trtllm_attention": true}'], {}, True),
+        (["--attention-config", '{"backend": "FLASHINFER"}'], {}, None),
+        (["--attention-config", '{"use_trtllm_attention": null}'], {"X": "1"}, None),
+        ([], {"VLLM_USE_TRTLLM_ATTENTION": "1"}, True),
+        ([], {"VLLM_USE_TRTLLM_ATTENTION": "True"}, True),
+        ([], {"VLLM_USE_TRTLLM_ATTENTION": "0"}, False),
+        ([], {"VLLM_USE_TRTLLM_ATTENTION": "yes"}, False),
+        (["--attention-config.use_trtllm_attention=1"], {"VLLM_USE_TRTLLM_ATTENTION": "0"}, True),
+        (
+            [
+                "--attention-config.use_trtllm_attention=1",
+                "--attention-config.use_trtllm_attention=0",
+            ],
+            {},
+            False,
+        ),
+    ],
+)
+def test_trtllm_attention_setting(
+    argv: list[str], env: dict[str, str], expected: bool | None
+) -> None:
+    assert trtllm_attention(["vllm", "serve", "m", *argv], env) is expected

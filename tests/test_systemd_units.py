@@ -1,0 +1,184 @@
+"""The shipped systemd units pass `systemd-analyze verify`, are hardened, and agree with each other."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from watchdog.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SYSTEMD = ROOT / "systemd"
+README_FRAGMENT = ROOT / "docs" / "readme" / "80-deployment.md"
+# Where the units expect the executables; the test points them at stand-ins it controls.
+EXECUTABLES = {"/usr/local/bin/hang-watchdog": "hang-watchdog", "/opt/vllm/bin/vllm": "vllm"}
+STATE_DIR = "/var/lib/hang-watchdog"
+
+needs_analyze = pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed (apt systemd)"
+)
+
+
+def unit_entries(path: Path) -> list[tuple[str, str, str]]:
+    """(section, key, value) for every assignment; repeated keys are kept, unlike configparser."""
+    entries: list[tuple[str, str, str]] = []
+    section = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            section = line.strip("[]")
+            continue
+        key, _, value = line.partition("=")
+        entries.append((section, key.strip(), value.strip()))
+    return entries
+
+
+def values(path: Path, key: str, section: str = "Service") -> list[str]:
+    return [v for s, k, v in unit_entries(path) if s == section and k == key]
+
+
+def stage(tmp_path: Path) -> Path:
+    """Copy the units and drop-in to tmp_path with ExecStart paths pointing at stand-ins."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in EXECUTABLES.values():
+        stub = bindir / name
+        stub.write_text("#!/bin/sh\nexit 0\n")
+        stub.chmod(0o755)
+    for src in [*SYSTEMD.glob("*.service"), *SYSTEMD.glob("*.service.d/*.conf")]:
+        dst = tmp_path / src.relative_to(SYSTEMD)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        text = src.read_text()
+        for path, name in EXECUTABLES.items():
+            text = text.replace(path, str(bindir / name))
+        dst.write_text(text)
+    return tmp_path
+
+
+def verify(*units: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["systemd-analyze", "verify", "--man=no", *map(str, units)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_clean(result: subprocess.CompletedProcess[str]) -> None:
+    """verify exits 0 even on unknown keys (it only warns), so a clean run also has no output."""
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == "", result.stderr
+
+
+@needs_analyze
+def test_shipped_units_verify_cleanly(tmp_path: Path) -> None:
+    staged = stage(tmp_path)
+    assert_clean(verify(staged / "hang-watchdog.service", staged / "vllm.service"))
+
+
+@needs_analyze
+def test_drop_in_is_loaded_and_verifies(tmp_path: Path) -> None:
+    staged = stage(tmp_path)
+    drop_in = staged / "vllm.service.d" / "10-hang-watchdog.conf"
+    assert drop_in.exists()
+    assert_clean(verify(staged / "vllm.service"))
+    drop_in.write_text(drop_in.read_text() + "EnvironmentFil=-/nowhere\n")
+    result = verify(staged / "vllm.service")
+    assert "EnvironmentFil" in result.stderr
+
+
+@needs_analyze
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        ("Type=notify", "Type=notifyy", "service type"),
+        ("WatchdogSec=", "WatchdogSecs=", "Unknown key"),
+        ("/bin/hang-watchdog run", "/bin/missing run", "not executable"),
+    ],
+)
+def test_broken_copy_fails_verification(tmp_path: Path, old: str, new: str, expect: str) -> None:
+    staged = stage(tmp_path)
+    unit = staged / "hang-watchdog.service"
+    text = unit.read_text()
+    assert old in text
+    unit.write_text(text.replace(old, new, 1))
+    result = verify(unit)
+    assert expect in result.stderr
+    with pytest.raises(AssertionError):
+        assert_clean(result)
+
+
+def test_watchdog_unit_is_notify_with_watchdog_and_restart() -> None:
+    unit = SYSTEMD / "hang-watchdog.service"
+    assert values(unit, "Type") == ["notify"]
+    assert values(unit, "NotifyAccess") == ["main"]
+    assert values(unit, "Restart") == ["on-failure"]
+    (watchdog_sec,) = values(unit, "WatchdogSec")
+    assert int(watchdog_sec) >= 10
+
+
+def test_watchdog_unit_hardening() -> None:
+    unit = SYSTEMD / "hang-watchdog.service"
+    for key, expected in {
+        "NoNewPrivileges": "yes",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "PrivateDevices": "no",  # NVML needs /dev/nvidia*; DevicePolicy=closed + DeviceAllow
+        "DevicePolicy": "closed",
+    }.items():
+        assert values(unit, key) == [expected], key
+    caps = {"CAP_SYS_PTRACE", "CAP_KILL"}
+    assert set(" ".join(values(unit, "CapabilityBoundingSet")).split()) == caps
+    assert set(" ".join(values(unit, "AmbientCapabilities")).split()) == caps
+    allowed = " ".join(values(unit, "DeviceAllow"))
+    assert "/dev/nvidiactl rw" in allowed and "char-nvidia-frontend rw" in allowed
+    assert values(unit, "ProtectProc") == []  # "invisible" would hide the vLLM processes
+
+
+def test_config_paths_are_writable_and_shared_with_vllm_unit() -> None:
+    cfg = load_config(SYSTEMD / "config.toml")
+    writable = values(SYSTEMD / "hang-watchdog.service", "ReadWritePaths")
+    assert writable == [STATE_DIR]
+    assert values(SYSTEMD / "hang-watchdog.service", "StateDirectory") == [
+        "hang-watchdog hang-watchdog/incidents"
+    ]
+    for path in (cfg.state_dir, cfg.incident_dir, cfg.fallback_file):
+        assert path is not None and (path + "/").startswith(STATE_DIR + "/"), path
+    assert cfg.restarter == "systemd" and cfg.remediate is False
+    assert cfg.journal_unit == cfg.systemd_unit == "vllm.service"
+    optional_env_file = "-" + str(cfg.fallback_file)
+    assert optional_env_file in values(SYSTEMD / "vllm.service", "EnvironmentFile")
+    drop_in = SYSTEMD / "vllm.service.d" / "10-hang-watchdog.conf"
+    assert optional_env_file in values(drop_in, "EnvironmentFile")
+
+
+def test_vllm_unit_runs_preflight_and_applies_fallback_args() -> None:
+    unit = SYSTEMD / "vllm.service"
+    (pre,) = values(unit, "ExecStartPre")
+    assert pre.startswith("/usr/local/bin/hang-watchdog preflight --python ")
+    (start,) = values(unit, "ExecStart")
+    # $VAR (unbraced, its own word) splits into arguments and disappears when unset.
+    assert re.search(r"(^|\s)\$VLLM_WATCHDOG_ARGS(\s|$)", start), start
+
+
+@needs_analyze
+def test_readme_reports_the_current_exposure_score(tmp_path: Path) -> None:
+    staged = stage(tmp_path)
+    result = subprocess.run(
+        ["systemd-analyze", "security", "--offline=true", "--no-pager", "--threshold=30"]
+        + [str(staged / "hang-watchdog.service")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    match = re.search(r"Overall exposure level for hang-watchdog\.service: (\d+\.\d)", result.stdout)
+    assert match, result.stdout[-500:]
+    assert f"exposure level {match.group(1)}" in README_FRAGMENT.read_text()

@@ -1,0 +1,1 @@
+"""Things that fire on a verdict: incident bundles (incident.py) and remediation."""

@@ -1,0 +1,304 @@
+"""The pure classifier: a window of observations and the signature data in, a Verdict out.
+
+No clock, no I/O: the same window always gives the same verdict, so `replay` can re-run a
+recorded incident and tests need no sleeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from watchdog.config import Config
+from watchdog.model import Evidence, Observation, StackSample, Verdict
+from watchdog.signatures import Rule, Signature, SignatureSet
+from watchdog.window import Window
+
+STALLED_FIX = (
+    "The server has work pending and has made no progress, and no known signature matched. "
+    "Read the stacks in the incident bundle (py-spy), check the server log, and restart it if "
+    "it does not recover."
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The numbers classification depends on (all from the config)."""
+
+    stall_after_s: float = 15.0
+    suspect_after_s: float = 8.0
+    blind_stall_after_s: float = 120.0
+    gpu_spin_sm: float = 0.9
+    gpu_spin_dram: float = 0.05
+    gpu_spin_for_s: float = 10.0
+    gpu_busy_dram: float = 0.15
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Thresholds:
+        return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Stall:
+    """How long the server has had work pending without progress, and whether that is a stall."""
+
+    pending: bool
+    seconds: float | None
+    stalled: bool
+    suspicious: bool
+    busy: bool  # the GPU moves memory: a slow batch, not a hang
+    detail: str
+
+
+def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
+    """The state of the server, and the best-matching signature with its evidence."""
+    obs = window.latest
+    if obs is None:
+        return Verdict(state="starting", reason="no observations yet")
+    ctx = _Context(window, obs, th)
+    stall = ctx.stall
+    common = {
+        "suspicious": stall.suspicious,
+        "seconds_since_progress": stall.seconds,
+        "progress_ratio": window.progress.ratio,
+    }
+    matches = [m for m in (_match(s, ctx) for s in sigs.signatures) if m is not None]
+    if matches:
+        sig, conf, ev = max(matches, key=lambda m: (m[0].priority, m[1]))
+        state = ("dead" if ctx.gone else "hung") if sig.state == "crash" else sig.state
+        return Verdict(
+            state=state,
+            signature=sig.id,
+            title=sig.title,
+            confidence=round(min(conf, 1.0), 3),
+            evidence=tuple(ev) + ctx.capture_problems(),
+            fix=sig.fix,
+            commands=sig.commands,
+            references=sig.references,
+            fallback=sig.fallback,
+            reason=sig.title,
+            **common,  # type: ignore[arg-type]
+        )
+    state, reason = _benign_state(ctx, sigs)
+    evidence: tuple[Evidence, ...] = ()
+    if state == "stalled":
+        evidence = (Evidence("progress", "no_progress", stall.detail),) + ctx.gpu_figures() + ctx.capture_problems()
+    return Verdict(
+        state=state,
+        reason=reason,
+        evidence=evidence,
+        fix=STALLED_FIX if state == "stalled" else "",
+        **common,  # type: ignore[arg-type]
+    )
+
+
+def _benign_state(ctx: _Context, sigs: SignatureSet) -> tuple[str, str]:
+    p, stall = ctx.window.progress, ctx.stall
+    if ctx.gone:
+        return "dead", "the server process is gone"
+    if ctx.obs.procs is not None and ctx.obs.procs.compilers:
+        return "compiling", f"compiler processes running: {', '.join(ctx.obs.procs.compilers)}"
+    if stall.stalled:
+        for rule in sigs.benign:
+            ev = _eval(rule.rule, ctx)
+            if ev is not None:
+                return rule.state, f"{rule.rule.label}: {ev.detail}"
+        return "stalled", stall.detail
+    if p.phase == "loading":
+        return "loading", "loading weights"
+    if p.phase in ("compiling", "capturing"):
+        return "compiling", "compiling or capturing CUDA graphs"
+    if p.phase == "starting":
+        return "starting", "waiting for the server to become ready"
+    if stall.pending:
+        if stall.busy:
+            return "serving", f"{stall.detail}, but the GPU is moving memory: a long batch, not a hang"
+        return "serving", f"work pending ({p.pending_why}), progressing"
+    return "idle", "no work pending"
+
+
+def _match(sig: Signature, ctx: _Context) -> tuple[Signature, float, list[Evidence]] | None:
+    if sig.when == "stalled" and not ctx.stall.stalled:
+        return None
+    if any(_eval(r, ctx) is not None for r in sig.unless):
+        return None
+    found: list[Evidence] = []
+    for rule in sig.evidence:
+        ev = _eval(rule, ctx)
+        if ev is None and rule.required:
+            return None
+        if ev is not None:
+            found.append(ev)
+    conf = sum(e.weight for e in found)
+    if conf + 1e-9 < sig.min_confidence:
+        return None
+    return sig, conf, found
+
+
+def _eval(rule: Rule, ctx: _Context) -> Evidence | None:
+    """Evidence for one rule, or None when it does not hold."""
+    detail = _EVALUATORS[rule.kind](rule, ctx)
+    if detail is None:
+        return None
+    source = _SOURCE[rule.kind]
+    return Evidence(source=source, kind=rule.kind, detail=f"{rule.label}: {detail}", weight=rule.weight)
+
+
+class _Context:
+    """Derived, cached views of the window for one classification."""
+
+    def __init__(self, window: Window, obs: Observation, th: Thresholds) -> None:
+        self.window, self.obs, self.th = window, obs, th
+        self.gone = obs.procs is not None and not obs.procs.alive
+        self.has_gpu = any(g.sm is not None for g in obs.gpus)
+        self.stall = self._stall()
+
+    def _stall(self) -> Stall:
+        p, now = self.window.progress, self.obs.t
+        if not p.pending:
+            return Stall(False, None, False, False, False, "no work pending")
+        since = max(t for t in (p.last_progress_t, p.pending_since, self.window_start()) if t is not None)
+        secs = max(0.0, now - since)
+        busy = self._gpu_busy(now - self.th.stall_after_s)
+        limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
+        detail = f"no progress for {secs:.0f} s with {p.pending_why}"
+        if p.last_progress_what:
+            detail += f" (last progress: {p.last_progress_what})"
+        stalled = secs >= limit and not busy
+        return Stall(True, secs, stalled, secs >= self.th.suspect_after_s and not busy, busy, detail)
+
+    def window_start(self) -> float | None:
+        first = next(iter(self.window), None)
+        return first.t if first is not None else None
+
+    def _gpu_busy(self, since: float) -> bool:
+        recent = [g.dram for o in self.window.since(since) for g in o.gpus if g.dram is not None]
+        return bool(recent) and max(recent) > self.th.gpu_busy_dram
+
+    def recent(self, seconds: float) -> Iterable[Observation]:
+        return self.window.since(self.obs.t - seconds)
+
+    def stacks(self) -> tuple[StackSample, ...]:
+        for o in reversed(list(self.window)):
+            if o.stacks:
+                return o.stacks
+        return ()
+
+    def capture_problems(self) -> tuple[Evidence, ...]:
+        errs = {(s.error, s.fix) for s in self.stacks() if s.error}
+        return tuple(Evidence("stacks", "capture", f"{e}. Fix: {f}" if f else e) for e, f in sorted(errs, key=str))
+
+    def gpu_figures(self) -> tuple[Evidence, ...]:
+        return tuple(
+            Evidence("gpu", "gpu", f"GPU {g.index}: SM {g.sm:.2f}, DRAM {g.dram:.2f} ({g.method})")
+            for g in self.obs.gpus
+            if g.sm is not None and g.dram is not None
+        )
+
+
+def _log(rule: Rule, ctx: _Context) -> str | None:
+    assert rule.pattern is not None
+    hits = [ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)]
+    if not hits:
+        return None
+    more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
+    return f"{hits[-1][:300]!r}{more}"
+
+
+def _stack(rule: Rule, ctx: _Context) -> str | None:
+    for sample in ctx.stacks():
+        for th in sample.threads:
+            if rule.unchanged and not th.unchanged:
+                continue
+            for fr in th.frames:
+                if any(p.search(fr.name) for p in rule.frames) or any(p.search(fr.filename) for p in rule.files):
+                    still = ", unchanged across two dumps" if th.unchanged else ""
+                    return f"pid {sample.pid} ({sample.title[:60]}) thread {th.name!r} in {fr.name} ({fr.filename}:{fr.line}){still}"
+    return None
+
+
+def _cdn_socket(rule: Rule, ctx: _Context) -> str | None:
+    conns = ctx.obs.conns
+    if not conns:
+        return None
+    c = max(conns, key=lambda c: c.age_s)
+    more = f" (and {len(conns) - 1} more)" if len(conns) > 1 else ""
+    return f"pid {c.pid} -> {c.host} ({c.ip}:{c.port}) {c.state} for {c.age_s:.0f} s{more}"
+
+
+def _gpu_spin(rule: Rule, ctx: _Context) -> str | None:
+    th = ctx.th
+    for g in ctx.obs.gpus:
+        start = None
+        for o in reversed(list(ctx.window)):
+            s = next((x for x in o.gpus if x.index == g.index), None)
+            if s is None or s.sm is None or s.dram is None:
+                break
+            if s.sm < th.gpu_spin_sm or s.dram > th.gpu_spin_dram or s.procs == 0:
+                break
+            start = o.t
+        if start is not None and ctx.obs.t - start >= th.gpu_spin_for_s:
+            procs = "" if g.procs is None else f", {g.procs} compute process(es)"
+            return (
+                f"GPU {g.index} ({g.name or 'unknown'}) SM {g.sm:.2f}, DRAM {g.dram:.2f} "
+                f"for {ctx.obs.t - start:.0f} s{procs} (source: {g.method or 'unknown'})"
+            )
+    return None
+
+
+def _no_progress(rule: Rule, ctx: _Context) -> str | None:
+    return ctx.stall.detail if ctx.stall.stalled else None
+
+
+def _gpu_cc(rule: Rule, ctx: _Context) -> str | None:
+    g = next((g for g in ctx.obs.gpus if g.cc in rule.values), None)
+    return f"GPU {g.index} ({g.name or 'unknown'}) compute capability {g.cc}" if g else None
+
+
+def _package(rule: Rule, ctx: _Context) -> str | None:
+    version = ctx.window.progress.facts.get(rule.name)
+    return f"{rule.name} {version} in the server's environment" if version in rule.values else None
+
+
+def _setting(rule: Rule, ctx: _Context) -> str | None:
+    value = ctx.window.progress.facts.get(rule.name)
+    if rule.has_equals and value != rule.equals:
+        return None
+    if rule.has_not_equals and value == rule.not_equals:
+        return None
+    return f"{rule.name} = {'auto' if value is None else value}"
+
+
+def _health(rule: Rule, ctx: _Context) -> str | None:
+    v = ctx.obs.vllm
+    return f"/health answered {v.health_status}" if v is not None and v.health_status == rule.status else None
+
+
+def _process_gone(rule: Rule, ctx: _Context) -> str | None:
+    return f"pid {ctx.obs.procs.target_pid} is gone" if ctx.gone and ctx.obs.procs else None
+
+
+_EVALUATORS = {
+    "log": _log,
+    "stack": _stack,
+    "cdn_socket": _cdn_socket,
+    "gpu_spin": _gpu_spin,
+    "no_progress": _no_progress,
+    "gpu_cc": _gpu_cc,
+    "package": _package,
+    "setting": _setting,
+    "health": _health,
+    "process_gone": _process_gone,
+}
+_SOURCE = {
+    "log": "log",
+    "stack": "stacks",
+    "cdn_socket": "conns",
+    "gpu_spin": "gpu",
+    "no_progress": "progress",
+    "gpu_cc": "gpu",
+    "package": "facts",
+    "setting": "facts",
+    "health": "vllm",
+    "process_gone": "procs",
+}

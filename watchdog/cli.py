@@ -1,0 +1,239 @@
+"""Command line: `hang-watchdog run|diagnose|signatures|replay|preflight|demo|fallback`.
+
+`main(argv) -> int` returns the exit code: 0 ok, 1 hang found / check failed, 2 usage or
+config error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from watchdog import __version__
+from watchdog.config import KEYS, Config, ConfigError, load_config
+from watchdog.emit import format_verdict
+from watchdog.model import to_dict
+from watchdog.signatures import SignatureError, load_file, load_signatures
+
+# Config keys whose flag name differs from the key, and keys with no flag of their own.
+FLAG_NAMES = {"log_files": "--log-file", "cdn_hosts": "--cdn-host", "signatures": "--signatures"}
+NO_FLAG = {"command", "fallback_overrides", "restart_command"}
+
+
+class UsageError(Exception):
+    """Bad command-line usage (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse exits on its own; we want exit code 2 via main
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1 :]
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if command and args.cmd != "run":
+            raise UsageError("only `run` takes `-- COMMAND ...` to supervise")
+        args.command = command
+        _setup_logging(getattr(args, "log_format", None) or "text")
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"hang-watchdog: {exc}", file=sys.stderr)
+        return 2
+    except (ConfigError, SignatureError) as exc:
+        print(f"hang-watchdog: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="hang-watchdog", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"hang-watchdog {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("run", help="watch a server (attach with --pid/--match/--systemd-unit, or `run -- COMMAND`)")
+    _daemon_flags(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("diagnose", help="sample for a while, print the verdict with evidence and fix; exit 1 if hung")
+    _daemon_flags(p)
+    p.add_argument("--duration", type=float, default=30.0, help="seconds to sample (default 30)")
+    p.add_argument("--until-hang", action="store_true", help="stop as soon as a hang is found (and its incident written)")
+    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    p.set_defaults(func=cmd_diagnose)
+
+    p = sub.add_parser("signatures", help="list the known hang signatures, or validate an operator file")
+    p.add_argument("--check", metavar="FILE", help="validate FILE; exit 2 with the error if it is invalid")
+    p.add_argument("--signatures", action="append", default=[], metavar="FILE", help="operator signature file")
+    p.set_defaults(func=cmd_signatures)
+
+    _feature(sub, "replay", "watchdog.replay", "re-classify an incident bundle, a timeline, or a plain server log")
+    _feature(sub, "preflight", "watchdog.preflight", "check a host before the server starts; exit 1 on failure")
+    _feature(sub, "demo", "watchdog.demo", "simulate a hanging vLLM and watch the watchdog catch it")
+    _feature(sub, "fallback", "watchdog.remediation.cli", "show or clear the fallback applied by remediation")
+    return parser
+
+
+def _feature(sub: Any, name: str, module: str, help: str) -> None:
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - all ship with the package
+        logging.getLogger("hang_watchdog").debug("command %s unavailable: %s", name, exc)
+        return
+    p = sub.add_parser(name, help=help, description=help)
+    mod.add_arguments(p)
+    p.set_defaults(func=mod.run)
+
+
+def _daemon_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", metavar="FILE", help="TOML config file (every key has a default; flags override)")
+    for f in dataclasses.fields(Config):
+        if f.name in NO_FLAG:
+            continue
+        flag = FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        helptext = f"{f.metadata['help']} (default: {_default(f)})"
+        kind = str(f.type)
+        if "bool" in kind:
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
+        elif "list" in kind:
+            p.add_argument(flag, dest=f.name, action="append", default=None, help=helptext)
+        else:
+            tp = int if "int" in kind and "float" not in kind else float if "float" in kind else str
+            p.add_argument(flag, dest=f.name, type=tp, default=None, help=helptext)
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    overrides = {k: getattr(args, k, None) for k in KEYS}
+    overrides["command"] = getattr(args, "command", []) or None
+    return load_config(getattr(args, "config", None), overrides)
+
+
+def _setup_logging(fmt: str) -> None:
+    root = logging.getLogger("hang_watchdog")
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s hang-watchdog %(levelname)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({"ts": self.formatTime(record), "level": record.levelname, "message": record.getMessage()})
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from watchdog.wiring import build
+
+    cfg = config_from_args(args)
+    if not (cfg.pid or cfg.match or cfg.systemd_unit or cfg.command or cfg.vllm_url or cfg.log_files or cfg.journal_unit):
+        raise UsageError("run: nothing to watch; give --pid, --match, --systemd-unit, --vllm-url, --log-file or `-- COMMAND`")
+    built = build(cfg)
+    stop = threading.Event()
+    _on_signals(stop)
+    try:
+        if built.server is not None:
+            host, port = built.server.start()
+            logging.getLogger("hang_watchdog").info("metrics on http://%s:%d/metrics", host, port)
+        sup = built.supervisor
+        if sup is not None:
+            sup.start()
+        until = None
+        if sup is not None:
+            until = lambda v: sup.returncode() is not None and not getattr(built, "restarting", False)  # noqa: E731
+        built.daemon.run(stop=stop, until=until)
+        if sup is not None:
+            if stop.is_set():
+                sup.stop(cfg.stop_grace_s)
+            code = sup.returncode()
+            return 0 if code is None else (code if code >= 0 else 128 - code)
+        return 0
+    finally:
+        built.close()
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from watchdog.wiring import build
+
+    if args.metrics_addr is None:
+        args.metrics_addr = "off"
+    cfg = config_from_args(args)
+    built = build(cfg)
+    stop = threading.Event()
+    _on_signals(stop)
+
+    def done(v: Any) -> bool:
+        if not args.until_hang or not v.is_hang:
+            return False
+        ep = built.episodes.episode if built.episodes is not None else None
+        return not cfg.incident_dir or (ep is not None and ep.incident is not None)
+
+    try:
+        if built.supervisor is not None:
+            built.supervisor.start()
+        verdict = built.daemon.run(stop=stop, until=done, max_seconds=args.duration)
+    finally:
+        if built.supervisor is not None:
+            built.supervisor.stop(cfg.stop_grace_s)
+        built.close()
+    if verdict is None:
+        print("no verdict: the watchdog made no observation", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(to_dict(verdict), indent=2))
+    else:
+        print(format_verdict(verdict))
+        for path in built.episodes.incidents if built.episodes is not None else ():
+            print(f"incident: {path}")
+    return 1 if verdict.is_hang else 0
+
+
+def cmd_signatures(args: argparse.Namespace) -> int:
+    if args.check:
+        load_file(_path(args.check))
+        print(f"{args.check}: ok")
+        return 0
+    sigs = load_signatures(args.signatures)
+    for s in sigs.signatures:
+        print(f"{s.id:28s} {s.when:8s} fallback={s.fallback or '-':26s} {s.title}")
+    for k in sigs.known_bad:
+        print(f"known_bad {k.id:40s} {k.severity:5s} {k.title}")
+    return 0
+
+
+def _path(p: str) -> Any:
+    from pathlib import Path
+
+    return Path(p)
+
+
+def _on_signals(stop: threading.Event) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())

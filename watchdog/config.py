@@ -1,0 +1,178 @@
+"""Configuration: one table of keys with defaults, loaded from TOML and overridden by flags.
+
+Every key has a default; an unknown key or a bad value is a `ConfigError` naming the key
+(the CLI turns it into exit code 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message names the key and what to do."""
+
+
+def _f(default: Any, help: str, *, lo: float | None = None, choices: tuple[str, ...] = ()) -> Any:
+    meta = {"help": help, "lo": lo, "choices": choices}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class Config:
+    """Every setting of the daemon. Field names are the TOML keys; flags use dashes."""
+
+    # target
+    pid: int | None = _f(None, "PID of the server to watch")
+    match: str | None = _f(None, "regex over command lines that finds the server")
+    systemd_unit: str | None = _f(None, "systemd unit whose MainPID is the server")
+    command: list[str] = _f([], "supervise this command (set by `run -- COMMAND ...`)")
+    # sources
+    log_files: list[str] = _f([], "log files to follow ('-' is standard input)")
+    journal_unit: str | None = _f(None, "follow this unit's journal (journalctl -f -u UNIT)")
+    vllm_url: str | None = _f(None, "base URL of the server's HTTP API, e.g. http://127.0.0.1:8000")
+    gpu_source: str = _f("nvml", "nvml | dcgm:URL | file:PATH | none")
+    cdn_hosts: list[str] = _f([], "extra kernel-CDN hosts HOST[:PORT] to watch sockets to")
+    signatures: list[str] = _f([], "operator signature files added to the built-in ones")
+    # timing and thresholds
+    tick_s: float = _f(1.0, "seconds between observations", lo=0.05)
+    window_s: float = _f(600.0, "seconds of observations kept for classification", lo=10)
+    stall_after_s: float = _f(15.0, "no progress with work pending for this long is a stall", lo=1)
+    suspect_after_s: float = _f(8.0, "no progress for this long starts stack capture", lo=1)
+    blind_stall_after_s: float = _f(120.0, "stall threshold when no GPU figures are available", lo=1)
+    gpu_spin_sm: float = _f(0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0)
+    gpu_spin_dram: float = _f(0.05, "DRAM bandwidth ratio at or below which a busy GPU is spinning", lo=0)
+    gpu_spin_for_s: float = _f(10.0, "how long the spin must last", lo=0)
+    gpu_busy_dram: float = _f(0.15, "DRAM ratio above which a slow batch is real work, not a hang", lo=0)
+    # outputs
+    log_format: str = _f("text", "how verdict lines on stderr look", choices=("text", "json"))
+    metrics_addr: str = _f("127.0.0.1:9433", "exporter listen address HOST:PORT, or 'off'")
+    metrics_stale_s: float = _f(30.0, "/healthz answers 503 when the loop is older than this", lo=1)
+    incident_dir: str | None = _f(None, "write incident bundles here (none: no bundles)")
+    max_incidents: int = _f(50, "incident bundles kept", lo=1)
+    max_incident_bytes: int = _f(512 * 1024 * 1024, "bytes of incident bundles kept", lo=1024)
+    state_dir: str = _f("/var/lib/hang-watchdog", "remediation counters and the active fallback")
+    # stacks
+    stacks: bool = _f(True, "take py-spy stacks when the server looks stuck")
+    pyspy: str | None = _f(None, "py-spy executable (default: found on PATH)")
+    stack_native: bool = _f(True, "py-spy --native")
+    stack_locals: bool = _f(False, "py-spy --locals: off by default, locals can hold user prompts")
+    stack_deadline_s: float = _f(10.0, "hard deadline of each py-spy dump", lo=0.5)
+    stack_second_after_s: float = _f(5.0, "second dump this long after the first", lo=0)
+    # remediation (off unless enabled)
+    remediate: bool = _f(False, "restart the server with the signature's fallback")
+    dry_run: bool = _f(False, "log and export the remediation plan without acting")
+    restarter: str = _f("supervise", "how to restart", choices=("supervise", "systemd", "kubernetes", "command"))
+    restart_command: list[str] = _f([], "argv for the command restarter; {signature} {fallback} {args} {env_file} placeholders")
+    fallback_file: str | None = _f(None, "EnvironmentFile the systemd/kubernetes restarters write")
+    remediate_min_confidence: float = _f(0.6, "act only on hang verdicts at least this confident", lo=0)
+    cooldown_s: float = _f(300.0, "minimum seconds between two restarts", lo=0)
+    max_restarts: int = _f(3, "restarts allowed per window before giving up", lo=0)
+    restart_window_s: float = _f(3600.0, "the window for max_restarts", lo=1)
+    stop_grace_s: float = _f(30.0, "SIGTERM to SIGKILL grace when stopping the server", lo=0)
+    recover_within_s: float = _f(600.0, "progress must resume this soon after a restart", lo=1)
+    smoke_test: bool = _f(True, "after a restart, send 4 short completions to the OpenAI API")
+    fallback_overrides: dict[str, str] = _f({}, "signature id -> fallback name, replacing the shipped choice")
+    canary: bool = _f(False, "when idle, send one max_tokens=1 request and treat a timeout as a stall")
+    canary_idle_s: float = _f(120.0, "idle this long before a canary", lo=1)
+    canary_timeout_s: float = _f(30.0, "canary request timeout", lo=1)
+
+    @property
+    def hosts(self) -> list[str]:
+        return self.cdn_hosts
+
+
+KEYS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Defaults, then the TOML file, then flag overrides (None means 'not given')."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        values.update(_read_toml(Path(path)))
+    for key, value in (overrides or {}).items():
+        if value is not None and value != [] and key in KEYS:
+            values[key] = value
+    return build_config(values, origin=str(path) if path else "flags")
+
+
+def build_config(values: Mapping[str, Any], origin: str = "config") -> Config:
+    """Validate a mapping of keys into a Config."""
+    unknown = sorted(set(values) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{origin}: unknown key {unknown[0]!r}; run `hang-watchdog run --help` for the keys")
+    cfg = Config()
+    for key, value in values.items():
+        setattr(cfg, key, _coerce(key, value, origin))
+    _cross_check(cfg, origin)
+    return cfg
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            doc = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return doc
+
+
+def _coerce(key: str, value: Any, origin: str) -> Any:
+    f = KEYS[key]
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    kind = f.type if isinstance(f.type, str) else str(f.type)
+    bad = ConfigError(f"{origin}: key {key!r}: expected {kind.replace(' | None', '')}, got {value!r}")
+    if value is None and "None" in kind:
+        return None
+    if "bool" in kind:
+        if not isinstance(value, bool):
+            raise bad
+    elif "int" in kind and "float" not in kind:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad
+    elif "float" in kind:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        value = float(value)
+    elif "list" in kind:
+        if isinstance(value, str) and isinstance(default, list):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise bad
+    elif "dict" in kind:
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise bad
+    elif not isinstance(value, str):
+        raise bad
+    lo, choices = f.metadata.get("lo"), f.metadata.get("choices")
+    if lo is not None and value < lo:
+        raise ConfigError(f"{origin}: key {key!r}: must be >= {lo}, got {value!r}")
+    if choices and value not in choices:
+        raise ConfigError(f"{origin}: key {key!r}: must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _cross_check(cfg: Config, origin: str) -> None:
+    for key in ("gpu_spin_sm", "gpu_spin_dram", "gpu_busy_dram", "remediate_min_confidence"):
+        if getattr(cfg, key) > 1:
+            raise ConfigError(f"{origin}: key {key!r}: is a ratio between 0 and 1, got {getattr(cfg, key)}")
+    if not (cfg.gpu_source in ("nvml", "none") or cfg.gpu_source.startswith(("dcgm:", "file:"))):
+        raise ConfigError(
+            f"{origin}: key 'gpu_source': must be nvml, none, dcgm:URL or file:PATH, got {cfg.gpu_source!r}"
+        )
+    if cfg.suspect_after_s > cfg.stall_after_s:
+        raise ConfigError(f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})")

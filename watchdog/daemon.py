@@ -1,0 +1,197 @@
+"""The loop: poll every source, append one Observation, classify, hand the verdict to the sinks.
+
+Nothing in a tick may block for long: every source has its own deadline, stack capture runs in
+the background, and one last-resort handler keeps the loop alive whatever a sink does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from watchdog.classify import Thresholds, classify
+from watchdog.config import Config
+from watchdog.emit import Emitter
+from watchdog.model import Observation, ProcSnapshot, StackSample, Verdict
+from watchdog.signatures import SignatureSet
+from watchdog.sources.procenv import read_environ
+from watchdog.window import Window
+
+log = logging.getLogger("hang_watchdog.daemon")
+
+
+class Polled(Protocol):
+    name: str
+
+    def poll(self, *args: Any) -> Any: ...
+
+
+class Hook(Protocol):
+    """Something that reacts to each tick (episodes/incidents, remediation, metrics, notify)."""
+
+    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Daemon) -> None: ...
+
+
+@dataclass
+class Sources:
+    """The daemon's inputs; any may be None (not configured)."""
+
+    gpu: Any = None
+    logs: Any = None
+    vllm: Any = None
+    procs: Any = None
+    conns: Any = None
+    facts: Any = None
+
+    def all(self) -> list[Any]:
+        return [s for s in (self.gpu, self.logs, self.vllm, self.procs, self.conns, self.facts) if s is not None]
+
+
+@dataclass
+class LoopStats:
+    """What the loop itself did, for the exporter and the self-watchdog."""
+
+    iterations: int = 0
+    last_loop_end: float | None = None
+    last_duration_s: float = 0.0
+    errors: int = 0
+    pending_stacks: tuple[StackSample, ...] = field(default_factory=tuple)
+
+
+class Daemon:
+    """One watched server: sources in, verdicts out."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        sigs: SignatureSet,
+        sources: Sources,
+        *,
+        hooks: list[Hook] | None = None,
+        emitter: Emitter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg, self.sigs, self.sources = cfg, sigs, sources
+        self.hooks: list[Hook] = list(hooks or [])
+        self.emitter = emitter or Emitter(cfg.log_format)
+        self.clock, self.wall = clock, wall
+        self.window = Window(span_s=cfg.window_s, max_len=int(cfg.window_s / cfg.tick_s) * 2 + 16)
+        self.thresholds = Thresholds.from_config(cfg)
+        self.verdict: Verdict | None = None
+        self.stats = LoopStats()
+        self._pending_stacks: tuple[StackSample, ...] = ()
+
+    def attach_stacks(self, stacks: tuple[StackSample, ...]) -> None:
+        """Stack dumps that finished in the background go into the next observation."""
+        self._pending_stacks = stacks
+
+    def observe(self) -> Observation:
+        """One tick's snapshot of every source; a failing source contributes nothing."""
+        s = self.sources
+        procs: ProcSnapshot | None = _safe(s.procs, lambda: s.procs.poll())
+        pids = list(s.procs.pids()) if s.procs is not None and procs is not None and procs.alive else []
+        target = procs.target_pid if procs is not None and procs.alive else None
+        facts = dict(_safe(s.facts, lambda: s.facts.poll(target)) or {})
+        environ = read_environ(target) if s.conns is not None and target is not None else None
+        gpus = _safe(s.gpu, lambda: s.gpu.poll()) or ()
+        if gpus:
+            facts = {**facts, "gpu_cc": sorted({g.cc for g in gpus if g.cc})}
+        obs = Observation(
+            t=self.clock(),
+            wall=self.wall(),
+            gpus=tuple(gpus),
+            logs=tuple(_safe(s.logs, lambda: s.logs.poll()) or ()),
+            vllm=_safe(s.vllm, lambda: s.vllm.poll()),
+            procs=procs,
+            conns=tuple(_safe(s.conns, lambda: s.conns.poll(pids, environ)) or ()),
+            stacks=self._pending_stacks,
+            facts={k: v for k, v in facts.items() if k != "environ"},
+            sources={src.name: bool(src.health.up) for src in s.all() if hasattr(src, "health")},
+        )
+        self._pending_stacks = ()
+        return obs
+
+    def tick(self) -> Verdict:
+        """Observe, classify, run the hooks; returns the verdict."""
+        start = self.clock()
+        obs = self.observe()
+        self.window.append(obs)
+        verdict = classify(self.window, self.sigs, self.thresholds)
+        old = self.verdict
+        self.verdict = verdict
+        if old is None or old.state != verdict.state or old.signature != verdict.signature:
+            self.emitter.state_change(old.state if old else None, verdict)
+        self.stats.last_duration_s = self.clock() - start
+        for hook in self.hooks:
+            try:
+                hook.on_tick(obs, verdict, self)
+            except Exception:  # last resort: a sink must never stop the watching
+                self.stats.errors += 1
+                log.exception("hook %s failed; the loop carries on", type(hook).__name__)
+        self.stats.iterations += 1
+        self.stats.last_loop_end = self.clock()
+        return verdict
+
+    def run(
+        self,
+        stop: threading.Event | None = None,
+        until: Callable[[Verdict], bool] | None = None,
+        max_seconds: float | None = None,
+    ) -> Verdict | None:
+        """Tick every `tick_s` until `stop` is set, `until(verdict)` holds or time runs out."""
+        stop = stop or threading.Event()
+        began = self.clock()
+        while not stop.is_set():
+            t0 = self.clock()
+            try:
+                verdict = self.tick()
+            except Exception:  # last resort: log and keep watching
+                self.stats.errors += 1
+                log.exception("loop iteration failed; carrying on")
+                verdict = self.verdict
+            if verdict is not None and until is not None and until(verdict):
+                break
+            if max_seconds is not None and self.clock() - began >= max_seconds:
+                break
+            stop.wait(max(0.0, self.cfg.tick_s - (self.clock() - t0)))
+        return self.verdict
+
+    def close(self) -> None:
+        for src in self.sources.all():
+            close = getattr(src, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # closing is best effort
+                    log.debug("closing %s failed", src, exc_info=True)
+        for hook in self.hooks:
+            close = getattr(hook, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    log.debug("closing %s failed", hook, exc_info=True)
+
+
+def _safe(source: Any, call: Callable[[], Any]) -> Any:
+    """A source's poll, with the last-resort guard: sources should not raise, but if one does,
+    it is marked down and the tick goes on."""
+    if source is None:
+        return None
+    try:
+        return call()
+    except Exception as exc:  # a source bug must not stop the loop
+        health = getattr(source, "health", None)
+        if health is not None:
+            health.down(f"unexpected error: {exc!r}")
+        log.debug("source %s raised", getattr(source, "name", source), exc_info=True)
+        return None
+
+
+def with_stacks(obs: Observation, stacks: tuple[StackSample, ...]) -> Observation:
+    return replace(obs, stacks=stacks)

@@ -1,0 +1,136 @@
+"""Hang episodes: take stacks when the server turns suspicious, write one incident per episode.
+
+An episode opens on the first suspicious tick (no progress with work pending) or hang verdict
+and closes once the server is healthy again for a few ticks or restarts under a new PID.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from watchdog.model import Observation, Verdict
+
+log = logging.getLogger("hang_watchdog.episodes")
+
+HEALTHY_STATES = frozenset({"serving", "idle", "loading", "compiling", "starting"})
+
+
+@dataclass
+class Episode:
+    """One stretch of trouble, from the first suspicious tick to recovery."""
+
+    started_t: float
+    started_wall: float
+    capture_started_t: float | None = None
+    incident: Path | None = None
+    incident_signature: str | None = None
+    healthy_ticks: int = 0
+
+
+class EpisodeHook:
+    """Coordinates stack capture and the incident bundle for each episode."""
+
+    def __init__(
+        self,
+        *,
+        capturer: Any = None,
+        writer: Any = None,
+        log_tail: Callable[[], Sequence[str]] = lambda: (),
+        environment: Callable[[Observation], dict[str, Any]] = lambda obs: {},
+        metrics: Any = None,
+        capture_wait_s: float = 30.0,
+        stalled_incident_after_s: float = 60.0,
+        close_after_ticks: int = 5,
+    ) -> None:
+        self.capturer, self.writer, self.metrics = capturer, writer, metrics
+        self.log_tail, self.environment = log_tail, environment
+        self.capture_wait_s = capture_wait_s
+        self.stalled_incident_after_s = stalled_incident_after_s
+        self.close_after_ticks = close_after_ticks
+        self.episode: Episode | None = None
+        self.capture: Any = None  # the CaptureResult of the current episode
+        self.incidents: list[Path] = []
+
+    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
+        self._collect_capture(daemon)
+        troubled = verdict.suspicious or verdict.is_hang or verdict.state == "stalled"
+        if obs.procs is not None and obs.procs.restarted:
+            self.episode = None
+        if self.episode is None:
+            if not troubled:
+                return
+            self.episode = Episode(started_t=obs.t, started_wall=obs.wall)
+            self.capture = None
+        ep = self.episode
+        if troubled:
+            ep.healthy_ticks = 0
+        elif verdict.state in HEALTHY_STATES:
+            ep.healthy_ticks += 1
+            if ep.healthy_ticks >= self.close_after_ticks:
+                self.episode = None
+                return
+        self._maybe_capture(obs, ep)
+        if self._wants_incident(obs, verdict, ep):
+            self._write(obs, verdict, ep, daemon)
+
+    def _collect_capture(self, daemon: Any) -> None:
+        if self.capturer is None:
+            return
+        result = self.capturer.poll()
+        if result is None:
+            return
+        self.capture = result
+        daemon.attach_stacks(tuple(result.samples))
+        if self.metrics is not None:
+            self.metrics.stack_capture(result.result)
+        log.info("stack capture finished: %s %s", result.result, result.reason)
+
+    def _maybe_capture(self, obs: Observation, ep: Episode) -> None:
+        if self.capturer is None or ep.capture_started_t is not None:
+            return
+        if obs.procs is None or not obs.procs.alive or not obs.procs.procs:
+            return
+        if self.capturer.start(list(obs.procs.procs)):
+            ep.capture_started_t = obs.t
+
+    def _wants_incident(self, obs: Observation, verdict: Verdict, ep: Episode) -> bool:
+        if self.writer is None:
+            return False
+        if verdict.is_hang:
+            if ep.incident is not None and ep.incident_signature is not None:
+                return False  # one incident per episode
+        elif verdict.state == "stalled":
+            if ep.incident is not None or obs.t - ep.started_t < self.stalled_incident_after_s:
+                return False
+        else:
+            return False
+        waiting = ep.capture_started_t is not None and self.capture is None
+        return not (waiting and obs.t - ep.capture_started_t < self.capture_wait_s)  # type: ignore[operator]
+
+    def _write(self, obs: Observation, verdict: Verdict, ep: Episode, daemon: Any) -> None:
+        from watchdog.actions.incident import Incident
+
+        incident = Incident(
+            verdict=verdict,
+            observations=list(daemon.window),
+            capture=self.capture,
+            log_tail=list(self.log_tail()),
+            environment=self.environment(obs),
+            started_wall=ep.started_wall,
+        )
+        try:
+            path = self.writer.write(incident)
+        except OSError as exc:
+            log.error("could not write the incident bundle: %s", exc)
+            daemon.emitter.event("incident", f"could not write the incident bundle: {exc}")
+            ep.incident_signature = verdict.signature  # do not retry every tick
+            return
+        ep.incident, ep.incident_signature = path, verdict.signature
+        self.incidents.append(path)
+        if self.metrics is not None:
+            self.metrics.incident(verdict.signature or "stalled")
+        daemon.emitter.event("incident", f"wrote {path}", path=str(path), signature=verdict.signature)

@@ -1,0 +1,329 @@
+"""Prometheus exporter: a sink the daemon updates each loop, read fresh at every scrape.
+
+The sink is a custom collector (as in prometheus/client_python's ProcessCollector): each scrape
+builds new metric families from the latest loop, so a GPU or CDN host that vanished leaves no
+stale series. Nothing is registered at import; the daemon owns its CollectorRegistry.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from watchdog.metrics_table import (
+    LOOP_BUCKETS,
+    METRICS,
+    REMEDIATION_OUTCOMES,
+    STACK_RESULTS,
+    MetricSpec,
+)
+from watchdog.model import STATES, Observation, Verdict
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDR = "127.0.0.1:9433"
+
+
+Series = list[tuple[tuple[str, ...], float]]
+
+
+def _family(spec: MetricSpec) -> Metric:
+    """An empty family of the right type for one row of the table."""
+    kinds = {"counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
+    return kinds.get(spec.type, GaugeMetricFamily)(spec.name, spec.help, labels=list(spec.labels))
+
+
+def _optional(value: float | None) -> Series:
+    """A label-less series, or none at all when the value is unknown."""
+    return [] if value is None else [((), float(value))]
+
+
+def _loop_series(obs: Observation, verdict: Verdict, wall: float) -> dict[str, Series]:
+    """The series that one loop replaces wholesale; a field nobody could read is left out."""
+    out: dict[str, Series] = {n: [] for n in (_SM, _DRAM, _POWER, "hang_watchdog_cdn_connections")}
+    for g in obs.gpus:
+        key = (str(g.index), g.uuid or "")
+        for name, value in ((_SM, g.sm), (_DRAM, g.dram), (_POWER, g.power_w)):
+            if value is not None:
+                out[name].append((key, float(value)))
+    hosts: dict[str, float] = {}
+    for conn in obs.conns:
+        hosts[conn.host] = hosts.get(conn.host, 0.0) + 1.0
+    out["hang_watchdog_cdn_connections"] = [((h,), n) for h, n in sorted(hosts.items())]
+    out["hang_watchdog_state"] = [((s,), float(s == verdict.state)) for s in STATES]
+    out["hang_watchdog_seconds_since_progress"] = _optional(verdict.seconds_since_progress)
+    out["hang_watchdog_progress_ratio"] = _optional(verdict.progress_ratio)
+    out["hang_watchdog_source_up"] = [((k,), float(v)) for k, v in sorted(obs.sources.items())]
+    out["hang_watchdog_last_loop_timestamp_seconds"] = [((), wall)]
+    return out
+
+
+_SM = "hang_watchdog_gpu_sm_utilization_ratio"
+_DRAM = "hang_watchdog_gpu_dram_bandwidth_utilization_ratio"
+_POWER = "hang_watchdog_gpu_power_watts"
+
+
+class MetricsSink(Collector):
+    """Holds the daemon's CollectorRegistry and updates it from each loop iteration."""
+
+    def __init__(
+        self,
+        signatures: Sequence[str],
+        *,
+        version: str,
+        registry: CollectorRegistry | None = None,
+        stale_after_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if stale_after_s <= 0:
+            raise ValueError(f"stale_after_s must be > 0 seconds, got {stale_after_s!r}")
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._version = version
+        self._stale_after_s = stale_after_s
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._incidents: dict[str, float] = {s: 0.0 for s in signatures}
+        self._hang: tuple[str | None, float] = (None, 0.0)  # (signature, confidence)
+        self._captures: dict[str, float] = {r: 0.0 for r in STACK_RESULTS}
+        self._remediations: dict[tuple[str, str], float] = {}
+        self._fallbacks: dict[str, bool] = {}
+        self._exhausted = False
+        self._buckets = [0.0] * len(LOOP_BUCKETS)
+        self._loop_count = 0
+        self._loop_sum = 0.0
+        # Before the first loop, staleness counts from construction, and the exported loop
+        # timestamp is the start time: HangWatchdogStale also fires if no loop ever completes.
+        self._last_loop_t = clock()
+        self._series: dict[str, Series] = {
+            "hang_watchdog_state": [((s,), 0.0) for s in STATES],
+            "hang_watchdog_last_loop_timestamp_seconds": [((), wall())],
+        }
+        self.registry.register(self)
+
+    def observe(self, obs: Observation, verdict: Verdict, loop_seconds: float) -> None:
+        """Record one completed loop iteration: replaces every per-loop series."""
+        series = _loop_series(obs, verdict, self._wall())
+        signature = verdict.signature if verdict.is_hang else None
+        with self._lock:
+            if signature is not None:
+                self._incidents.setdefault(signature, 0.0)  # a signature the list lacked
+            self._hang = (signature, float(verdict.confidence))
+            self._series = series
+            self._last_loop_t = self._clock()
+            self._loop_count += 1
+            self._loop_sum += loop_seconds
+            for i, bound in enumerate(LOOP_BUCKETS):
+                if loop_seconds <= bound:
+                    self._buckets[i] += 1
+
+    def incident(self, signature: str) -> None:
+        """Count one newly opened incident for a signature."""
+        with self._lock:
+            self._incidents[signature] = self._incidents.get(signature, 0.0) + 1
+
+    def stack_capture(self, result: str) -> None:
+        """Count one stack capture by result (one of metrics_table.STACK_RESULTS)."""
+        if result not in STACK_RESULTS:
+            raise ValueError(f"stack capture result {result!r} is not one of {STACK_RESULTS}")
+        with self._lock:
+            self._captures[result] += 1
+
+    def remediation(self, action: str, outcome: str) -> None:
+        """Count one remediation by action and outcome (metrics_table.REMEDIATION_OUTCOMES)."""
+        if outcome not in REMEDIATION_OUTCOMES:
+            raise ValueError(
+                f"remediation outcome {outcome!r} is not one of {REMEDIATION_OUTCOMES}"
+            )
+        with self._lock:
+            # Every outcome of an action appears (at 0) with its first remediation, so a later
+            # failure is an increase() from 0 rather than a brand-new series.
+            for each in REMEDIATION_OUTCOMES:
+                self._remediations.setdefault((action, each), 0.0)
+            self._remediations[(action, outcome)] += 1
+
+    def set_fallback_active(self, fallback: str, active: bool) -> None:
+        """Export whether a fallback is currently applied to the server."""
+        with self._lock:
+            self._fallbacks[fallback] = active
+
+    def set_remediation_exhausted(self, exhausted: bool) -> None:
+        """Export whether the restart cap was hit (cleared only by an operator)."""
+        with self._lock:
+            self._exhausted = exhausted
+
+    def seconds_since_loop(self) -> float:
+        """Seconds since the last completed loop (or since construction, before the first)."""
+        with self._lock:
+            return self._clock() - self._last_loop_t
+
+    def healthy(self) -> bool:
+        """True while a loop completed within stale_after_s."""
+        return self.seconds_since_loop() <= self._stale_after_s
+
+    def describe(self) -> list[Metric]:
+        """Empty: stops the registry from calling collect() at register time."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Fresh families from the latest loop, in table order (called at every scrape)."""
+        with self._lock:
+            values = {**self._series, **self._counters()}
+            buckets = [(repr(b), c) for b, c in zip(LOOP_BUCKETS, self._buckets, strict=True)]
+            buckets.append(("+Inf", float(self._loop_count)))
+            loop_sum = self._loop_sum
+        for spec in METRICS:
+            family = _family(spec)
+            if spec.type == "histogram":
+                family.add_metric([], buckets=buckets, sum_value=loop_sum)
+            for labels, value in values.get(spec.name, []):
+                family.add_metric(list(labels), value)
+            yield family
+
+    def _counters(self) -> dict[str, Series]:
+        """The series that outlive a loop: signatures, counters, remediation state."""
+        signature, confidence = self._hang
+        sigs = list(self._incidents)
+        return {
+            "hang_watchdog_hang": [((s,), float(s == signature)) for s in sigs],
+            "hang_watchdog_hang_confidence_ratio": [
+                ((s,), confidence if s == signature else 0.0) for s in sigs
+            ],
+            "hang_watchdog_incidents_total": [((s,), v) for s, v in self._incidents.items()],
+            "hang_watchdog_stack_captures_total": [((r,), v) for r, v in self._captures.items()],
+            "hang_watchdog_build_info": [((self._version,), 1.0)],
+            "hang_watchdog_remediations_total": sorted(self._remediations.items()),
+            "hang_watchdog_fallback_active": [
+                ((f,), float(a)) for f, a in sorted(self._fallbacks.items())
+            ],
+            "hang_watchdog_remediation_exhausted": [((), float(self._exhausted))],
+        }
+
+
+def parse_addr(addr: str) -> tuple[str, int] | None:
+    """Parse --metrics-addr: "host:port", "[v6]:port", port 0 picks one; "off" disables (None)."""
+    text = addr.strip()
+    if text.lower() == "off":
+        return None
+    hint = 'use "HOST:PORT" such as 127.0.0.1:9433, "[::1]:9433" for IPv6, or "off"'
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        if not sep or not host:
+            raise ValueError(f"metrics address {addr!r}: IPv6 needs [ADDR]:PORT; {hint}")
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"metrics address {addr!r}: {host!r} is not IPv6; {hint}") from None
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"metrics address {addr!r} needs a host and a port; {hint}")
+        if ":" in host:
+            raise ValueError(f"metrics address {addr!r}: put an IPv6 host in brackets; {hint}")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"metrics address {addr!r}: port {port!r} is not 0-65535; {hint}")
+    return host, int(port)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Serves /metrics and /healthz from the sink attached to the server."""
+
+    server: _Server
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        """Route one GET request."""
+        path = self.path.split("?", 1)[0]
+        sink = self.server.sink
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._reply(200, encoder(sink.registry), content_type)
+        elif path == "/healthz":
+            if sink.healthy():
+                self._reply(200, b"ok\n", "text/plain; charset=utf-8")
+            else:
+                age = sink.seconds_since_loop()
+                body = f"stale: last loop {age:.0f} s ago\n".encode()
+                self._reply(503, body, "text/plain; charset=utf-8")
+        else:
+            self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain")
+
+    def _reply(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        """Scrapes every few seconds would flood the log: keep them at debug."""
+        log.debug("metrics %s %s", self.address_string(), format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server that carries the sink and speaks IPv4 or IPv6."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, sink: MetricsSink) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sink = sink
+        super().__init__((host, port), _Handler)
+
+
+class MetricsServer:
+    """Serves the sink over HTTP on its own thread, so a stuck loop still answers /healthz."""
+
+    def __init__(self, sink: MetricsSink, addr: str = DEFAULT_ADDR) -> None:
+        parsed = parse_addr(addr)
+        if parsed is None:
+            raise ValueError('metrics address "off" means no server: do not build a MetricsServer')
+        self._sink = sink
+        self._host, self._port = parsed
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> tuple[str, int]:
+        """Bind and serve; returns the bound host and port. OSError says why binding failed."""
+        if self._server is not None:
+            raise RuntimeError("MetricsServer already started")
+        try:
+            server = _Server(self._host, self._port, self._sink)
+        except OSError as exc:
+            raise OSError(
+                exc.errno,
+                f"cannot listen on {self._host}:{self._port} for metrics ({exc.strerror}); "
+                "pick another --metrics-addr or 'off'",
+            ) from exc
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, name="metrics-http", daemon=True
+        )
+        self._thread.start()
+        host, port = server.server_address[:2]
+        return str(host), int(port)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket; safe to call twice."""
+        server, thread = self._server, self._thread
+        self._server, self._thread = None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join(timeout=5)

@@ -1,0 +1,159 @@
+"""The one table of exported metrics; the exporter, tests and README are checked against it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "hang_watchdog_"
+
+# Results of one stack capture (the daemon passes one of these to MetricsSink.stack_capture).
+STACK_RESULTS: tuple[str, ...] = (
+    "ok",
+    "partial",
+    "timeout",
+    "permission_denied",
+    "not_found",
+    "error",
+)
+
+# Outcomes of one remediation (issue 5): "planned" is what --dry-run records instead of acting.
+REMEDIATION_OUTCOMES: tuple[str, ...] = (
+    "planned",
+    "recovered",
+    "not_recovered",
+    "failed",
+    "skipped",
+)
+
+# Upper bounds of the loop-duration histogram, seconds. A tick is ~1 s; py-spy dumps can take 10+.
+LOOP_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One exported metric: its full exposed name, Prometheus type, label names and meaning."""
+
+    name: str
+    type: str  # "gauge", "counter" or "histogram"
+    labels: tuple[str, ...]
+    help: str
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "hang_watchdog_gpu_sm_utilization_ratio",
+        "gauge",
+        ("gpu", "uuid"),
+        "Fraction of SMs busy (0-1), per GPU.",
+    ),
+    MetricSpec(
+        "hang_watchdog_gpu_dram_bandwidth_utilization_ratio",
+        "gauge",
+        ("gpu", "uuid"),
+        "Fraction of peak DRAM bandwidth in use (0-1), per GPU; near 0 with SM high is a spin.",
+    ),
+    MetricSpec(
+        "hang_watchdog_gpu_power_watts",
+        "gauge",
+        ("gpu", "uuid"),
+        "Board power draw in watts, per GPU.",
+    ),
+    MetricSpec(
+        "hang_watchdog_state",
+        "gauge",
+        ("state",),
+        "1 for the server's current state, 0 for every other state.",
+    ),
+    MetricSpec(
+        "hang_watchdog_hang",
+        "gauge",
+        ("signature",),
+        "1 while a hang with this signature holds; every known signature is pre-set to 0.",
+    ),
+    MetricSpec(
+        "hang_watchdog_hang_confidence_ratio",
+        "gauge",
+        ("signature",),
+        "Confidence (0-1) of the current verdict for this signature; 0 when it does not hold.",
+    ),
+    MetricSpec(
+        "hang_watchdog_incidents_total",
+        "counter",
+        ("signature",),
+        "Incidents opened (one per hang episode), by signature.",
+    ),
+    MetricSpec(
+        "hang_watchdog_seconds_since_progress",
+        "gauge",
+        (),
+        "Seconds since the server last made progress; absent until progress is known.",
+    ),
+    MetricSpec(
+        "hang_watchdog_progress_ratio",
+        "gauge",
+        (),
+        "Fraction (0-1) of the current progress bar (loading, capture); absent when unknown.",
+    ),
+    MetricSpec(
+        "hang_watchdog_cdn_connections",
+        "gauge",
+        ("host",),
+        "Open TCP sockets from the server's process tree to each kernel-CDN host.",
+    ),
+    MetricSpec(
+        "hang_watchdog_source_up",
+        "gauge",
+        ("source",),
+        "1 when the source (gpu, logs, vllm, ...) answered in the last loop, 0 when it is down.",
+    ),
+    MetricSpec(
+        "hang_watchdog_stack_captures_total",
+        "counter",
+        ("result",),
+        "py-spy stack captures, by result.",
+    ),
+    MetricSpec(
+        "hang_watchdog_loop_duration_seconds",
+        "histogram",
+        (),
+        "Wall time of one watchdog loop iteration.",
+    ),
+    MetricSpec(
+        "hang_watchdog_last_loop_timestamp_seconds",
+        "gauge",
+        (),
+        "Unix time the last loop iteration completed; an old value means the watchdog is stuck.",
+    ),
+    MetricSpec(
+        "hang_watchdog_build_info",
+        "gauge",
+        ("version",),
+        "Always 1; the label carries the watchdog version.",
+    ),
+    MetricSpec(
+        "hang_watchdog_remediations_total",
+        "counter",
+        ("action", "outcome"),
+        "Remediations by action and outcome (planned = dry run).",
+    ),
+    MetricSpec(
+        "hang_watchdog_fallback_active",
+        "gauge",
+        ("fallback",),
+        "1 while this fallback is applied to the server (until `fallback clear`).",
+    ),
+    MetricSpec(
+        "hang_watchdog_remediation_exhausted",
+        "gauge",
+        (),
+        "1 when the restart cap was hit; the watchdog no longer acts until an operator clears it.",
+    ),
+)
+
+
+def spec(name: str) -> MetricSpec:
+    """The spec of one metric by its full name; KeyError names the unknown metric."""
+    for item in METRICS:
+        if item.name == name:
+            return item
+    raise KeyError(f"{name} is not in watchdog.metrics_table.METRICS")

@@ -1,0 +1,129 @@
+"""Runs every pre-flight check in order and returns their results; collaborators are parameters.
+
+Facts are gathered once (GPUs, package versions, settings), then each check is a pure-ish
+function of those facts plus its own deadline-bound probe.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from watchdog.preflight import (
+    checks_cubins,
+    checks_fabric,
+    checks_toolchain,
+    checks_versions,
+    checks_watchdog,
+)
+from watchdog.preflight.checks_gpu import GpuInventory, check_gpus, collect_gpus
+from watchdog.preflight.checks_versions import KnownBadLike
+from watchdog.preflight.report import CheckResult, failed
+from watchdog.pyenv import PyEnvError, package_versions
+from watchdog.sources.gpu import GpuBackend
+
+
+@dataclass(frozen=True)
+class PreflightOptions:
+    """Everything a pre-flight run reads from the host; tests point the paths at temp dirs."""
+
+    environ: Mapping[str, str]
+    python: str | None = None
+    server_args: tuple[str, ...] = ()
+    cdn_url: str | None = None
+    timeout_s: float = 3.0
+    incident_dir: Path | None = None
+    gpu_source: str = "nvml"
+    cuda_default: Path = checks_toolchain.DEFAULT_CUDA_ROOT
+    systemd_root: Path = Path("/run/systemd/system")
+    proc_root: Path = Path("/proc")
+    shm: Path = Path("/dev/shm")
+
+
+def resolve_python(opts: PreflightOptions) -> str | None:
+    """--python, else `python` (then `python3`) on the PATH the server would see."""
+    if opts.python:
+        return opts.python
+    path = opts.environ.get("PATH", "")
+    return shutil.which("python", path=path) or shutil.which("python3", path=path)
+
+
+def load_known_bad() -> tuple[Sequence[KnownBadLike], str | None]:
+    """The shipped `[[known_bad]]` entries (same file the runtime classifier reads)."""
+    from watchdog.signatures import SignatureError, load_signatures
+
+    try:
+        return load_signatures().known_bad, None
+    except (SignatureError, OSError) as e:
+        return (), str(e)
+
+
+def read_versions(
+    opts: PreflightOptions, python: str | None
+) -> tuple[dict[str, str | None] | None, str | None]:
+    """Package versions in the server's environment, or why they could not be read."""
+    if python is None:
+        return None, "no `python` on PATH"
+    try:
+        return package_versions(python, env=opts.environ, timeout_s=opts.timeout_s), None
+    except PyEnvError as e:
+        return None, str(e)
+
+
+def run_checks(
+    opts: PreflightOptions,
+    backend: GpuBackend | None,
+    known_bad: Sequence[KnownBadLike] | None = None,
+) -> list[CheckResult]:
+    """Run all checks; never raises for anything the host does."""
+    inv: GpuInventory = collect_gpus(backend, opts.timeout_s, opts.gpu_source)
+    python = resolve_python(opts)
+    versions, verr = read_versions(opts, python)
+    results = [check_gpus(inv), checks_versions.check_versions(versions, verr, python)]
+    if known_bad is None:
+        known_bad, kerr = load_known_bad()
+        if kerr:
+            results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
+    trtllm = checks_versions.trtllm_setting(opts.server_args, opts.environ)
+    results += checks_versions.check_known_bad(known_bad, versions, inv, trtllm)
+    results += _toolchain(opts, inv, versions)
+    results += _cubins(opts, versions)
+    results += [
+        checks_fabric.check_fabric(inv),
+        checks_fabric.check_fabric_manager(inv, opts.environ, opts.systemd_root, opts.timeout_s),
+    ]
+    results += _watchdog(opts, inv, versions)
+    return results
+
+
+def _toolchain(
+    opts: PreflightOptions, inv: GpuInventory, versions: Mapping[str, str | None] | None
+) -> list[CheckResult]:
+    env = opts.environ
+    return [
+        checks_toolchain.check_nvcc(inv, versions, env, opts.cuda_default, opts.timeout_s),
+        checks_toolchain.check_ninja(versions, env),
+        checks_toolchain.check_arch_lists(inv, versions, env),
+    ]
+
+
+def _cubins(opts: PreflightOptions, versions: Mapping[str, str | None] | None) -> list[CheckResult]:
+    return [
+        checks_cubins.check_cubin_package(versions, opts.environ),
+        checks_cubins.check_cubin_download(versions, opts.environ, opts.cdn_url, opts.timeout_s),
+    ]
+
+
+def _watchdog(
+    opts: PreflightOptions, inv: GpuInventory, versions: Mapping[str, str | None] | None
+) -> list[CheckResult]:
+    downloads = checks_cubins.downloads_needed(versions)
+    return [
+        checks_watchdog.check_pyspy(opts.environ, opts.timeout_s),
+        checks_watchdog.check_ptrace(opts.proc_root),
+        checks_watchdog.check_incident_space(opts.incident_dir),
+        checks_watchdog.check_cache_space(opts.environ, downloads),
+        checks_watchdog.check_shm(inv, opts.shm),
+    ]

@@ -1,0 +1,120 @@
+"""Command line of the simulated vLLM: known options, and vLLM-style flags accepted and ignored.
+
+Unknown `--flag`/`--flag=value` arguments are ignored on purpose, so a restarter can append
+real vLLM flags (e.g. `--attention-config.use_trtllm_attention=0`) to the sim's command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+SCENARIOS = (
+    "healthy",
+    "cubin_download_stall",
+    "kernel_deadlock",
+    "slow_loading",
+    "engine_dead",
+    "hang_unless_fallback",
+)
+ROLE_API = "api"
+ROLE_ENGINE = "VLLM::EngineCore"
+FALLBACK_FLAG = "--attention-config.use_trtllm_attention"
+FALSE_WORDS = ("0", "false", "False", "no")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything one simulated process needs; every process of the tree parses the same argv."""
+
+    scenario: str = "healthy"
+    mode: str = "serve"
+    role: str = ROLE_API
+    port: int = 0
+    port_file: str | None = None
+    stats_interval: float = 2.0
+    load: int = 4
+    num_prompts: int = 768
+    bench_s: float = 3.0
+    startup_s: float = 3.0
+    shards: int = 4
+    shard_s: float = 5.0
+    die_after_s: float = 2.0
+    gpu_file: str | None = None
+    gpus: int = 1
+    gpu_name: str = "NVIDIA GB300"
+    cc: str = "10.3"
+    tp: int = 1
+    cdn_url: str | None = None
+    cdn_timeout: float = 600.0
+    log_file: str | None = None
+    fake_versions: str = ""
+    workdir: str | None = None
+    model: str = "sim/Llama-3.1-8B-Instruct"
+    status_fd: int = -1
+    trtllm_disabled: bool = False
+    argv: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m watchdog.sim.vllm_sim",
+        description="Simulated vLLM server for hang-watchdog demos and tests.",
+    )
+    p.add_argument("--scenario", choices=SCENARIOS, default="healthy")
+    p.add_argument("--mode", choices=("serve", "bench"), default="serve")
+    p.add_argument("--role", default=ROLE_API, help=argparse.SUPPRESS)
+    p.add_argument("--status-fd", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (0 = pick)")
+    p.add_argument("--port-file", help="also write the chosen port to this file")
+    p.add_argument("--stats-interval", type=float, default=2.0, help="Engine 000 line period (s)")
+    p.add_argument("--load", type=int, default=4, help="serve: background requests in flight")
+    p.add_argument("--num-prompts", type=int, default=768, help="bench: prompts to process")
+    p.add_argument("--bench-s", type=float, default=3.0, help="bench: healthy run length (s)")
+    p.add_argument("--startup-s", type=float, default=3.0, help="compressed startup length (s)")
+    p.add_argument("--shards", type=int, default=4, help="weight shards to load")
+    p.add_argument("--shard-s", type=float, default=5.0, help="slow_loading: seconds per shard")
+    p.add_argument("--die-after-s", type=float, default=2.0, help="engine_dead: healthy seconds")
+    p.add_argument("--gpu-file", help="append simulated GPU samples (JSON Lines) here")
+    p.add_argument("--gpus", type=int, default=1)
+    p.add_argument("--gpu-name", default="NVIDIA GB300")
+    p.add_argument("--cc", default="10.3", help="compute capability reported for the GPUs")
+    p.add_argument("--tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
+    p.add_argument("--cdn-url", help="stand-in cubin CDN base URL (must be loopback)")
+    p.add_argument("--cdn-timeout", type=float, default=600.0, help="per-attempt HTTP timeout")
+    p.add_argument("--log-file", help="also append every output line here")
+    p.add_argument("--fake-versions", default="", help="e.g. vllm=0.11.0,flashinfer-python=0.6.7")
+    p.add_argument("--workdir", help="scratch directory (default: a new temp dir)")
+    p.add_argument("--model", default="sim/Llama-3.1-8B-Instruct")
+    return p
+
+
+def trtllm_disabled(extra: Sequence[str], env: Mapping[str, str]) -> bool:
+    """True when TRTLLM attention is turned off by the vLLM flag or the legacy env var.
+
+    Flag: `--attention-config.use_trtllm_attention=0` (flashinfer #2939); env
+    `VLLM_USE_TRTLLM_ATTENTION` (pre-v0.14 name, vLLM PR #26315): anything but 1/true is False.
+    """
+    if env.get("VLLM_USE_TRTLLM_ATTENTION", "").strip() in FALSE_WORDS:
+        return True
+    for i, arg in enumerate(extra):
+        if arg.startswith(FALLBACK_FLAG + "="):
+            return arg.split("=", 1)[1] in FALSE_WORDS
+        if arg == FALLBACK_FLAG and i + 1 < len(extra):
+            return extra[i + 1] in FALSE_WORDS
+    return False
+
+
+def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimConfig:
+    """Parse argv (unknown vLLM flags ignored); exits 2 with a clear message on a bad value."""
+    env = os.environ if env is None else env
+    ns, extra = _parser().parse_known_args(list(argv))
+    for name in ("load", "num_prompts", "gpus", "tp", "shards"):
+        low = 0 if name == "load" else 1
+        if getattr(ns, name) < low:
+            flag = "--" + name.replace("_", "-")
+            _parser().error(f"{flag} must be >= {low} (got {getattr(ns, name)})")
+    values = {k: v for k, v in vars(ns).items() if k in SimConfig.__dataclass_fields__}
+    return SimConfig(**values, trtllm_disabled=trtllm_disabled(extra, env), argv=tuple(argv))

@@ -1,0 +1,214 @@
+"""The simulated `VLLM::EngineCore` and `VLLM::Worker_TPn` processes: the GPU work and the hangs.
+
+The engine runs the startup phases, writes GPU samples, then steps the pretend batch and
+reports counters to its parent on a status pipe (JSON Lines). In a hang scenario it parks its
+main thread where a real engine parks: in `download_file` (cubin_download_stall) or in
+`synchronize` (kernel_deadlock). engine_dead exits with vLLM's fatal-error lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import IO, Any
+
+from watchdog.sim import sysutil
+from watchdog.sim.config import ROLE_ENGINE, SimConfig
+from watchdog.sim.flashinfer.jit import cubin_loader
+from watchdog.sim.gpu_file import GpuFileWriter
+from watchdog.sim.output import Console
+from watchdog.sim.startup import Startup
+from watchdog.sim.torch_stub import cuda
+
+PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
+STEP_S = 0.1
+# Made-up kernel names under the real v0.6.7 TRTLLM_GEN_FMHA artifact pin (domain.md 1.3).
+FMHA_PATH = "e7afc4134bb53eaab63fb85163d5943fb190621c/fmha/trtllm-gen/"
+CUBINS = tuple(
+    FMHA_PATH + f"fmhaSm103aKernel_QkvBfloat16OBfloat16H128PagedKvP{n}VarSeqContext.cubin"
+    for n in (32, 64)
+)
+# e_svd348 sample (shm_broadcast TimeoutError -> fatal), reproduced line for line.
+FATAL_TRACE = (
+    "EngineCore encountered a fatal error.",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 1352, '
+    "in run_engine_core",
+    "    engine_core.run_busy_loop()",
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/'
+    'shm_broadcast.py", line 647, in timeout_ms',
+    "    raise TimeoutError",
+    "TimeoutError",
+)
+
+
+class Engine:
+    """One EngineCore: startup, then the scenario's behaviour; reports on `status`."""
+
+    def __init__(self, cfg: SimConfig, console: Console, status: IO[str] | None) -> None:
+        self.cfg = cfg
+        self.con = console
+        self.status = status
+        self.pid = os.getpid()
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.gpu: GpuFileWriter | None = None
+        self.counters = {"prompt_tokens": 0, "gen_tokens": 0, "iterations": 0, "done": 0}
+
+    def report(self, ev: str, **fields: Any) -> None:
+        """One status line to the API/CLI process."""
+        if self.status is not None:
+            self.status.write(json.dumps({"ev": ev, **self.counters, **fields}) + "\n")
+            self.status.flush()
+
+    def log(self, level: str, where: str, msg: str) -> None:
+        """An engine log line with vLLM's prefix."""
+        self.con.vllm(PROC, self.pid, level, where, msg)
+
+    def run(self) -> int:
+        """Whole engine lifetime; returns the exit code."""
+        workdir = self.cfg.workdir or tempfile.mkdtemp(prefix="vllm-sim-")
+        os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", workdir)
+        if self.cfg.cdn_url:
+            os.environ["FLASHINFER_CUBINS_REPOSITORY"] = self.cfg.cdn_url
+        self.spawn_workers()
+        if self.cfg.gpu_file:
+            self.gpu = GpuFileWriter(
+                self.cfg.gpu_file, self.cfg.gpus, self.gpu_pids, self.cfg.gpu_name, self.cfg.cc
+            )
+            self.gpu.start()
+        Startup(self.cfg, self.con, PROC, workdir).run()
+        self.report("ready")
+        return self.serve_scenario()
+
+    def gpu_pids(self, gpu: int) -> list[int]:
+        """Compute processes on a GPU: the worker for its rank with TP>1, else the engine."""
+        if gpu < len(self.workers):
+            return [self.workers[gpu].pid]
+        return [self.pid]
+
+    def set_gpu(self, profile: str) -> None:
+        """Switch the simulated GPU's shape."""
+        if self.gpu is not None:
+            self.gpu.profile = profile
+
+    def serve_scenario(self) -> int:
+        """Dispatch on the scenario once startup is done."""
+        scenario = self.cfg.scenario
+        if scenario == "hang_unless_fallback":
+            scenario = "healthy" if self.cfg.trtllm_disabled else "kernel_deadlock"
+        running = self.batch_size()
+        if scenario in ("kernel_deadlock", "cubin_download_stall"):
+            self.set_gpu("spin")
+            self.report("step", running=running, waiting=self.total_waiting(running))
+            if scenario == "kernel_deadlock":
+                self.tell_workers("hang")
+                cuda.synchronize()
+            else:
+                self.fetch_cubins()
+        return self.step_loop(dies=scenario == "engine_dead")
+
+    def fetch_cubins(self) -> None:
+        """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
+        cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
+        for name in CUBINS:
+            cubin_loader.get_cubin_callback(name.encode(), b"", timeout=self.cfg.cdn_timeout)
+
+    def batch_size(self) -> int:
+        """Requests running in one step."""
+        if self.cfg.mode == "serve":
+            return self.cfg.load
+        return min(self.cfg.num_prompts, 256)
+
+    def total_waiting(self, running: int) -> int:
+        """Requests queued behind the running batch."""
+        if self.cfg.mode == "serve":
+            return 0
+        return max(self.cfg.num_prompts - self.counters["done"] - running, 0)
+
+    def step_loop(self, dies: bool) -> int:
+        """Healthy stepping; bench ends when all prompts are done, engine_dead dies on time."""
+        cfg = self.cfg
+        per_step = max(1, -(-cfg.num_prompts * STEP_S // cfg.bench_s))
+        started = time.monotonic()
+        while True:
+            if dies and time.monotonic() - started >= cfg.die_after_s:
+                return self.die()
+            running = self.batch_size() if cfg.mode == "serve" else self.remaining_batch()
+            self.set_gpu("busy" if running else "idle")
+            time.sleep(STEP_S)
+            self.counters["iterations"] += 1
+            self.counters["prompt_tokens"] += running * 32
+            self.counters["gen_tokens"] += running * 8
+            if cfg.mode == "bench":
+                self.counters["done"] = min(cfg.num_prompts, self.counters["done"] + int(per_step))
+            self.report("step", running=running, waiting=self.total_waiting(running))
+            if cfg.mode == "bench" and self.counters["done"] >= cfg.num_prompts:
+                self.set_gpu("idle")
+                self.report("finished")
+                return 0
+
+    def remaining_batch(self) -> int:
+        """Bench: prompts still running (at most one batch)."""
+        return min(self.cfg.num_prompts - self.counters["done"], 256)
+
+    def die(self) -> int:
+        """Print the fatal-error lines (e_svd348 / vLLM core.py) and exit like a dead engine."""
+        for line in FATAL_TRACE:
+            self.log("ERROR", "core.py:1361", line)
+        self.set_gpu("gone")
+        self.report("dead")
+        return 1
+
+    def spawn_workers(self) -> None:
+        """TP>1: one `VLLM::Worker_TPn` child per rank, each fed commands on its stdin."""
+        if self.cfg.tp <= 1:
+            return
+        base = [a for a in self.cfg.argv if not a.startswith("--role")]
+        for rank in range(self.cfg.tp):
+            argv = [sys.executable, "-m", "watchdog.sim.vllm_sim", *base]
+            argv += ["--role", f"VLLM::Worker_TP{rank}"]
+            self.workers.append(subprocess.Popen(argv, stdin=subprocess.PIPE))
+
+    def tell_workers(self, command: str) -> None:
+        """Send one command line to every worker."""
+        for worker in self.workers:
+            if worker.stdin is not None:
+                worker.stdin.write(command.encode() + b"\n")
+                worker.stdin.flush()
+
+    def shutdown(self, *_: object) -> None:
+        """SIGTERM: stop the workers and leave at once (the main thread may be in a socket read)."""
+        for worker in self.workers:
+            worker.terminate()
+        for worker in self.workers:
+            try:
+                worker.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        os._exit(0)
+
+
+def run_engine(cfg: SimConfig, console: Console) -> int:
+    """Entry point of the EngineCore role."""
+    sysutil.set_title(ROLE_ENGINE)
+    sysutil.die_with_parent()
+    status = os.fdopen(cfg.status_fd, "w") if cfg.status_fd >= 0 else None
+    engine = Engine(cfg, console, status)
+    signal.signal(signal.SIGTERM, engine.shutdown)
+    return engine.run()
+
+
+def run_worker(cfg: SimConfig, title: str) -> int:
+    """Entry point of a `VLLM::Worker_TPn`: idle until told to hang; exits when stdin closes."""
+    sysutil.set_title(title)
+    sysutil.die_with_parent()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    for line in sys.stdin:
+        if line.strip() == "hang":
+            cuda.synchronize()
+    return 0

@@ -1,0 +1,1 @@
+"""Stand-in for `flashinfer.jit`; holds the simulated `cubin_loader` module."""

@@ -1,0 +1,202 @@
+"""Environment facts about the server (package versions, TRTLLM-attention setting, cubin
+source) that decide which signature fits: e.g. FlashInfer 0.6.7 + TRTLLM attention on SM103.
+
+Versions come from running the server's own interpreter, which takes up to seconds, so they are
+computed once per target PID in a background thread; until then `poll()` returns what it has.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from watchdog.sources.base import SourceHealth
+from watchdog.sources.procenv import read_cmdline, read_environ
+
+VERSION_KEYS: tuple[str, ...] = (
+    "vllm",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "torch",
+)
+Versions = Callable[[str, Mapping[str, str]], Mapping[str, str | None]]
+
+_PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?$")
+_TRTLLM_FLAG = "--attention-config.use-trtllm-attention"
+_CONFIG_FLAG = "--attention-config"
+_FALSE = {"0", "false", "no", "off"}
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class VersionsUnavailable(RuntimeError):
+    """The server's interpreter could not be asked for its package versions."""
+
+
+def default_versions(python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
+    """Ask the server's interpreter via watchdog.pyenv (imported here, not at module load)."""
+    from watchdog import pyenv
+
+    try:
+        return pyenv.package_versions(python, env=environ)
+    except pyenv.PyEnvError as e:
+        raise VersionsUnavailable(str(e)) from e
+
+
+def _bool_word(value: str) -> bool | None:
+    word = value.strip().strip("'\"").lower()
+    return False if word in _FALSE else True if word in _TRUE else None
+
+
+def _flag_name(arg: str) -> str:
+    # vLLM's FlexibleArgumentParser accepts `_` and `-` in option names alike (UNVERIFIED for
+    # nested `--attention-config.*` keys); normalise so both spellings match.
+    return arg.split("=", 1)[0].replace("_", "-")
+
+
+def _from_json(text: str) -> tuple[bool, bool | None]:
+    """(present, value) of use_trtllm_attention in a JSON `--attention-config` value."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False, None
+    if not isinstance(data, dict) or "use_trtllm_attention" not in data:
+        return False, None
+    value = data["use_trtllm_attention"]
+    if value is None or isinstance(value, bool):
+        return True, value
+    return True, _bool_word(str(value))
+
+
+def trtllm_attention(cmdline: Sequence[str], environ: Mapping[str, str]) -> bool | None:
+    """True/False when the server forces TRTLLM attention on/off; None = vLLM auto-detects.
+
+    The CLI (`--attention-config.use_trtllm_attention=0`, flashinfer #2939) wins over the
+    older `VLLM_USE_TRTLLM_ATTENTION` env var ("1"/"true" on, anything else off; domain.md 2.2).
+    """
+    found: tuple[bool, bool | None] = (False, None)
+    args = list(cmdline)
+    for i, arg in enumerate(args):
+        name = _flag_name(arg)
+        if name not in (_TRTLLM_FLAG, _CONFIG_FLAG):
+            continue
+        if "=" in arg:
+            value: str | None = arg.split("=", 1)[1]
+        else:
+            value = args[i + 1] if i + 1 < len(args) else None
+        if value is None:
+            continue
+        if name == _TRTLLM_FLAG:
+            found = (True, _bool_word(value))
+        else:
+            present, parsed = _from_json(value)
+            found = (True, parsed) if present else found
+    if found[0]:
+        return found[1]
+    env = environ.get("VLLM_USE_TRTLLM_ATTENTION")
+    if env is None:
+        return None
+    return env.strip().lower() in ("1", "true")
+
+
+def python_of(pid: int, proc_root: str = "/proc") -> str | None:
+    """The target's interpreter (/proc/PID/exe) when it is a Python, else None."""
+    try:
+        exe = os.readlink(Path(proc_root) / str(pid) / "exe")
+    except OSError:
+        return None
+    # A deleted/replaced binary reads as "... (deleted)"; it cannot be run again.
+    return exe if _PYTHON_NAME.match(Path(exe).name) else None
+
+
+def _no_download(environ: Mapping[str, str]) -> bool:
+    # FlashInfer reads FLASHINFER_NO_DOWNLOAD as "is set" (>= 0.6.7.post1); the exact parse of
+    # values such as "0" is UNVERIFIED, so "", "0", "false", "no", "off" count as unset.
+    value = environ.get("FLASHINFER_NO_DOWNLOAD")
+    return value is not None and value.strip().lower() not in ("", *_FALSE)
+
+
+class FactsSource:
+    """Facts about the current target, refreshed when the target PID changes; never blocks."""
+
+    name = "facts"
+
+    def __init__(
+        self,
+        *,
+        proc_root: str = "/proc",
+        versions: Versions = default_versions,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.proc_root = proc_root
+        self.health = SourceHealth(self.name)
+        self._versions = versions
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pid: int | None = None
+        self._facts: dict[str, Any] = {}
+
+    def poll(self, target_pid: int | None) -> dict[str, Any]:
+        """The facts known so far for this target; {} when there is none.
+
+        The dict also carries "environ" (the target's environment) for the connection source;
+        the loop strips it before anything is recorded, since it can hold secrets.
+        """
+        if target_pid is None:
+            self.health.ok()
+            return {}
+        with self._lock:
+            if target_pid != self._pid:
+                self._start(target_pid)
+            return dict(self._facts)
+
+    def _start(self, pid: int) -> None:
+        """Read the cheap facts now and start the version lookup (lock held)."""
+        self._pid = pid
+        environ = read_environ(pid, self.proc_root)
+        cmdline = read_cmdline(pid, self.proc_root)
+        python = python_of(pid, self.proc_root)
+        self._facts = {
+            "python": python,
+            "cmdline": cmdline,
+            **{key: None for key in VERSION_KEYS},
+            "trtllm_attention": trtllm_attention(cmdline, environ),
+            "cubins_repository": environ.get("FLASHINFER_CUBINS_REPOSITORY"),
+            "flashinfer_no_download": _no_download(environ),
+            "environ": environ,
+        }
+        if not cmdline:
+            self.health.down(
+                f"cannot read /proc/{pid}; run the watchdog as the server's user, or share the "
+                "process namespace (Kubernetes: shareProcessNamespace: true)"
+            )
+        elif python is None:
+            self.health.ok()  # not a Python: no versions to ask for
+        else:
+            self.health.ok()
+            worker = threading.Thread(
+                target=self._lookup,
+                args=(pid, python, environ),
+                name=f"hang-watchdog-facts-{pid}",
+                daemon=True,
+            )
+            worker.start()
+
+    def _lookup(self, pid: int, python: str, environ: Mapping[str, str]) -> None:
+        try:
+            found = self._versions(python, environ)
+        except (VersionsUnavailable, OSError, ValueError, RuntimeError) as e:
+            self.health.down(f"package versions of pid {pid}: {e}")
+            return
+        with self._lock:
+            if self._pid == pid:  # the target may have changed meanwhile
+                self._facts.update({key: found.get(key) for key in VERSION_KEYS})
+
+    def close(self) -> None:
+        """Nothing to release: lookup threads are daemons bounded by their own timeout."""

@@ -1,0 +1,233 @@
+"""The GPU source: calls a GpuBackend in one worker thread with a deadline per poll.
+
+NVML calls can block for a long time when the driver is wedged (the very situation the
+watchdog exists for), so the loop never calls the backend directly: a stuck call marks the
+source down, later polls return () at once while it is still stuck, and the source recovers
+when the call returns. `make_gpu_source` turns the `--gpu-source` option into a source.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+import httpx
+
+from watchdog.model import GpuSample
+from watchdog.sources.base import SourceHealth
+from watchdog.sources.dcgm import DcgmSource
+from watchdog.sources.gpu import FabricInfo, GpuBackend, GpuError
+from watchdog.sources.gpufile import GpuFileSource
+from watchdog.sources.nvml import NvmlBackend
+
+log = logging.getLogger("hang_watchdog.sources.gpu")
+
+T = TypeVar("T")
+
+Job = tuple[Callable[[], Any], "Future[Any]"]
+
+
+class _Worker:
+    """One long-lived daemon thread running jobs in order (daemon: a call stuck in the driver
+    must not block interpreter exit, which ThreadPoolExecutor's non-daemon threads would)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        fut: Future[T] = Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, fut = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except Exception as exc:  # relayed to the caller through the future, not swallowed
+                fut.set_exception(exc)
+
+
+class GpuSource:
+    """GPU samples from a backend, never blocking the caller longer than `deadline_s`."""
+
+    def __init__(
+        self,
+        backend: GpuBackend,
+        *,
+        deadline_s: float = 2.0,
+        name: str = "gpu",
+        clock: Callable[[], float] = time.monotonic,
+        init_retry_s: float = 60.0,
+        logger: logging.Logger = log,
+    ) -> None:
+        self.name = name
+        self.health = SourceHealth(name)
+        self._backend = backend
+        self._deadline_s = deadline_s
+        self._clock = clock
+        self._init_retry_s = init_retry_s
+        self._log = logger
+        self._worker: _Worker | None = None  # started on first use, not at construction
+        self._pending: tuple[str, Future[Any]] | None = None  # a call past its deadline
+        self._ready = False
+        self._next_init_at: float | None = None
+        self._lost_seen: set[str] = set()
+
+    def poll(self) -> tuple[GpuSample, ...]:
+        """Every GPU now; () while down. Never raises, never blocks past the deadline."""
+        if not self._settle_pending() or not self._ensure_init():
+            return ()
+        got = self._call("poll", self._read_all)
+        if got is None:
+            return ()
+        samples, lost = got
+        for message in lost:
+            if message not in self._lost_seen:
+                self._lost_seen.add(message)
+                self._log.warning("%s: %s (reported as an empty placeholder)", self.name, message)
+        self.health.ok()
+        return tuple(samples)
+
+    def driver_version(self) -> str | None:
+        """The driver version, or None when the source is down or the call fails."""
+        if not self._settle_pending() or not self._ensure_init():
+            return None
+        return self._call("driver_version", self._backend.driver_version)
+
+    def fabric(self, index: int) -> FabricInfo | None:
+        """NVLink fabric state of one GPU, or None when unknown or unsupported."""
+        if not self._settle_pending() or not self._ensure_init():
+            return None
+        return self._call("fabric", lambda: self._backend.fabric(index))
+
+    def close(self) -> None:
+        """Shut the backend down (unless a call is stuck) and stop the worker."""
+        if self._worker is None:
+            return
+        if self._ready and self._settle_pending():
+            self._call("shutdown", self._backend.shutdown)
+        self._worker.stop()
+        self._worker = None
+        self._ready = False
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _read_all(self) -> tuple[list[GpuSample], list[str]]:
+        """Runs in the worker: every GPU, a placeholder for each one that fails."""
+        samples: list[GpuSample] = []
+        lost: list[str] = []
+        for index in range(self._backend.device_count()):
+            try:
+                samples.append(self._backend.sample(index))
+            except GpuError as exc:
+                samples.append(GpuSample(index=index))
+                lost.append(str(exc))
+        return samples, lost
+
+    def _call(self, kind: str, fn: Callable[[], T]) -> T | None:
+        """Run fn in the worker and wait up to the deadline; down (and None) on error/timeout."""
+        if self._worker is None:
+            self._worker = _Worker(f"{self.name}-backend")
+        fut = self._worker.submit(fn)
+        try:
+            return fut.result(timeout=self._deadline_s)
+        except FutureTimeout:
+            self._pending = (kind, fut)
+            self.health.down(self._stuck_message())
+        except (GpuError, OSError) as exc:
+            self.health.down(str(exc))
+        return None
+
+    def _stuck_message(self) -> str:
+        return f"NVML call did not return within {self._deadline_s:.1f} s; GPU source down"
+
+    def _settle_pending(self) -> bool:
+        """False while a call that missed its deadline is still running."""
+        if self._pending is None:
+            return True
+        kind, fut = self._pending
+        if not fut.done():
+            self.health.down(self._stuck_message())
+            return False
+        self._pending = None
+        if kind == "init":
+            exc = fut.exception()
+            self._ready = exc is None
+            if exc is not None:
+                self.health.down(str(exc))
+        return True
+
+    def _ensure_init(self) -> bool:
+        """Init the backend once; after a failure retry only every `init_retry_s`."""
+        if self._ready:
+            return True
+        now = self._clock()
+        if self._next_init_at is not None and now < self._next_init_at:
+            return False
+        self._next_init_at = now + self._init_retry_s
+        fut_ok = self._call("init", self._init_backend)
+        self._ready = bool(fut_ok)
+        return self._ready
+
+    def _init_backend(self) -> bool:
+        self._backend.init()
+        return True
+
+
+class NullGpuSource:
+    """`--gpu-source none`: always down, always empty, says why."""
+
+    def __init__(self, name: str = "gpu") -> None:
+        self.name = name
+        self.health = SourceHealth(name)
+        # Set directly, not via down(): disabling on purpose is not worth a warning.
+        self.health.last_error = "GPU source disabled (--gpu-source none)"
+
+    def poll(self) -> tuple[GpuSample, ...]:
+        return ()
+
+    def close(self) -> None:
+        return None
+
+
+AnyGpuSource = GpuSource | DcgmSource | GpuFileSource | NullGpuSource
+
+SPEC_HELP = (
+    "expected one of: nvml, dcgm:URL (e.g. dcgm:http://127.0.0.1:9400/metrics), "
+    "file:PATH (a JSON Lines file), none"
+)
+
+
+def make_gpu_source(
+    spec: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    http_client: httpx.Client | None = None,
+) -> AnyGpuSource:
+    """Build the source named by `--gpu-source`; ValueError with the accepted forms if bad."""
+    kind, sep, arg = spec.strip().partition(":")
+    if spec.strip() == "nvml":
+        return GpuSource(NvmlBackend(), clock=clock)
+    if spec.strip() == "none":
+        return NullGpuSource()
+    if kind == "dcgm" and sep and arg.startswith(("http://", "https://")):
+        return DcgmSource(arg, client=http_client)
+    if kind == "dcgm":
+        raise ValueError(f"--gpu-source {spec!r}: dcgm needs an http(s) URL; {SPEC_HELP}")
+    if kind == "file" and sep and arg:
+        return GpuFileSource(arg)
+    raise ValueError(f"--gpu-source {spec!r} is not valid; {SPEC_HELP}")

@@ -1,0 +1,148 @@
+"""Log lines of a systemd unit, read by following `journalctl -f -u UNIT` as a child process.
+
+For servers run as `vllm.service`, whose stdout/stderr go to the journal rather than a file.
+journalctl is started with an argv (never a shell), read through StreamReader so that no
+line is lost between ticks, and restarted (rate-limited) if it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from watchdog.sources.logs import StreamReader
+
+OUTPUTS = ("cat", "json")
+
+
+class JournalReader:
+    """A LineReader over `journalctl -f -o cat|json -u UNIT --since now`."""
+
+    def __init__(
+        self,
+        unit: str,
+        *,
+        journalctl: str = "journalctl",
+        output: str = "cat",
+        runner: Callable[..., Any] = subprocess.Popen,
+        clock: Callable[[], float] = time.monotonic,
+        restart_interval_s: float = 5.0,
+    ) -> None:
+        if not unit or unit.startswith("-"):
+            raise ValueError(f"journal unit must be a unit name like 'vllm.service', got {unit!r}")
+        if output not in OUTPUTS:
+            raise ValueError(f"journal output must be one of {OUTPUTS}, got {output!r}")
+        self.unit = unit
+        self.name = f"journal:{unit}"
+        self.error: str | None = None
+        self.restarts = 0
+        self.bad_records = 0  # JSON records that could not be decoded
+        self._journalctl = journalctl
+        self._output = output
+        self._runner = runner
+        self._clock = clock
+        self._restart_interval = restart_interval_s
+        self._proc: Any = None
+        self._out: StreamReader | None = None
+        self._err: StreamReader | None = None
+        self._next_start = float("-inf")
+        self._cursor: str | None = None  # json mode: resume after the last entry seen
+
+    def argv(self) -> list[str]:
+        """The journalctl command line; after a restart in json mode it resumes at the cursor."""
+        since = ["--since", "now"]
+        if self._cursor is not None:
+            since = [f"--after-cursor={self._cursor}"]
+        return [self._journalctl, "-f", "-o", self._output, "-u", self.unit, *since]
+
+    def read(self) -> list[str]:
+        """The unit's new log lines; starts or restarts journalctl as needed. Never raises."""
+        if self._proc is None and self._clock() >= self._next_start:
+            self._start()
+        if self._out is None:
+            return []
+        lines = self._decode(self._out.read())
+        if self._out.eof and self._proc.poll() is not None:
+            lines += self._decode(self._out.read())
+            self._exited(self._proc.returncode)
+        return lines
+
+    def close(self) -> None:
+        """Stop journalctl."""
+        proc, self._proc, self._out = self._proc, None, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+    def _start(self) -> None:
+        self._next_start = self._clock() + self._restart_interval
+        argv = self.argv()
+        try:
+            self._proc = self._runner(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+        except FileNotFoundError:
+            self.error = (
+                f"{self._journalctl!r} not found: install systemd's journalctl, put it on PATH, "
+                "or read the server's log with --log-file instead of --journal-unit"
+            )
+            return
+        except OSError as exc:
+            self.error = f"cannot run {self._journalctl!r}: {exc}"
+            return
+        self._out = StreamReader(self._proc.stdout, self.name)
+        self._err = StreamReader(self._proc.stderr, f"{self.name}:stderr", max_lines=50)
+        self.error = None
+
+    def _exited(self, code: int) -> None:
+        detail = ""
+        if self._err is not None:
+            self._err.wait(timeout=1.0)
+            stderr = [line.strip() for line in self._err.read() if line.strip()]
+            detail = f": {stderr[-1]}" if stderr else ""
+        self.error = f"journalctl for unit {self.unit} exited with code {code}{detail}; restarting"
+        self.restarts += 1
+        self._proc, self._out, self._err = None, None, None
+
+    def _decode(self, raw: list[str]) -> list[str]:
+        if self._output == "cat":
+            return raw
+        lines: list[str] = []
+        for record in raw:
+            message = self._message(record)
+            if message is not None:
+                lines.extend(message.splitlines())
+        return lines
+
+    def _message(self, record: str) -> str | None:
+        """MESSAGE of one `journalctl -o json` record.
+
+        journald's JSON format (systemd.io JOURNAL_EXPORT_FORMATS) gives MESSAGE as a string,
+        as an array of byte values when it is not valid UTF-8 or has control characters, or
+        null when too large; ANSI colour in vLLM's output is one such control character.
+        """
+        try:
+            entry = json.loads(record)
+        except json.JSONDecodeError:
+            self.bad_records += 1
+            return None
+        if not isinstance(entry, dict):
+            self.bad_records += 1
+            return None
+        cursor = entry.get("__CURSOR")
+        if isinstance(cursor, str):
+            self._cursor = cursor
+        message = entry.get("MESSAGE")
+        if isinstance(message, str):
+            return message
+        if isinstance(message, list) and all(isinstance(b, int) and 0 <= b < 256 for b in message):
+            return bytes(message).decode("utf-8", errors="replace")
+        return None

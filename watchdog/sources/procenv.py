@@ -1,0 +1,53 @@
+"""Small /proc readers (environment, command line, namespaced PIDs) with a replaceable root.
+
+A process that vanished or belongs to another user reads as empty, never as an exception:
+the callers run every tick and must not fail because a process exited between two reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _read_bytes(pid: int, name: str, proc_root: str) -> bytes:
+    try:
+        return (Path(proc_root) / str(pid) / name).read_bytes()
+    except (FileNotFoundError, PermissionError, ProcessLookupError, NotADirectoryError):
+        return b""
+
+
+def _split_nul(raw: bytes) -> list[str]:
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def read_environ(pid: int, proc_root: str = "/proc") -> dict[str, str]:
+    """The process's initial environment (NUL-separated `KEY=VALUE`); {} when unreadable."""
+    env: dict[str, str] = {}
+    for item in _split_nul(_read_bytes(pid, "environ", proc_root)):
+        key, sep, value = item.partition("=")
+        if sep and key:
+            env[key] = value
+    return env
+
+
+def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str]:
+    """The process's argv (after any setproctitle rewrite); [] when unreadable or a zombie."""
+    return _split_nul(_read_bytes(pid, "cmdline", proc_root))
+
+
+def ns_pid(pid: int, proc_root: str = "/proc") -> list[int]:
+    """The `NSpid:` line of /proc/PID/status: the PID in each nested PID namespace.
+
+    The first entry is the PID as seen from the namespace that mounted `proc_root`, the last
+    the PID inside the innermost namespace (the container). NVML reports host PIDs (NVIDIA/
+    nvidia-docker #1483), so a watchdog reading the host's /proc maps them to container PIDs
+    with this. [] when unreadable or the kernel has no NSpid line (before Linux 4.1).
+    """
+    text = _read_bytes(pid, "status", proc_root).decode("utf-8", "replace")
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            try:
+                return [int(v) for v in line.split()[1:]]
+            except ValueError:
+                return []
+    return []

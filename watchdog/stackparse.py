@@ -1,0 +1,211 @@
+"""What py-spy says and whether it can run: its output as model types, its errors with fixes.
+
+Kept apart from the capture machinery in `stacks.py` so these small pieces are cheap to test.
+JSON format (domain.md section 5): a list of thread objects with keys `pid`, `thread_id`,
+`thread_name`, `os_thread_id`, `active`, `owns_gil`, `frames`; frames innermost first, each with
+`name`, `filename`, `module`, `short_filename`, `line`, `locals`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from watchdog.model import Frame, ThreadStack
+
+CAP_SYS_PTRACE = 19  # bit in /proc/PID/status CapEff (linux/capability.h)
+
+FIX_INSTALL = "install py-spy (pip install py-spy) in the watchdog's environment"
+FIX_PERMISSION = (
+    "run as root or add CAP_SYS_PTRACE (Docker: --cap-add SYS_PTRACE; Kubernetes: "
+    "securityContext.capabilities.add [SYS_PTRACE]); in Kubernetes the sidecar needs "
+    "shareProcessNamespace: true; with kernel.yama.ptrace_scope=1 a non-root watchdog can only "
+    "dump its own children (sysctl kernel.yama.ptrace_scope=0, or add CAP_SYS_PTRACE)"
+)
+FIX_TIMEOUT = (
+    "py-spy did not finish before its deadline and was killed (sglang #17941 hung forever "
+    "inside py-spy); raise the stack deadline, or try `py-spy dump --pid PID` by hand"
+)
+
+
+class DumpParseError(ValueError):
+    """py-spy printed something that is not its JSON thread list."""
+
+
+@dataclass(frozen=True)
+class PyspyFailure:
+    """What a failed py-spy run means: a result kind, a one-line error, and the fix."""
+
+    kind: str  # permission_denied | not_found | not_python | gone | native | error
+    error: str
+    fix: str | None
+
+
+def parse_dump_json(text: str) -> tuple[list[dict[str, Any]], tuple[ThreadStack, ...]]:
+    """Parse `py-spy dump --json` output into the raw list and the model's ThreadStacks."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DumpParseError(f"py-spy printed invalid JSON ({e})") from e
+    if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
+        raise DumpParseError("py-spy JSON is not a list of thread objects")
+    return data, tuple(_thread(t) for t in data)
+
+
+def _thread(raw: dict[str, Any]) -> ThreadStack:
+    frames = tuple(
+        Frame(
+            name=str(f.get("name") or ""),
+            filename=str(f.get("filename") or ""),
+            line=int(f.get("line") or 0),
+            module=str(f.get("module") or ""),
+        )
+        for f in raw.get("frames") or ()
+        if isinstance(f, dict)
+    )
+    tid = raw.get("os_thread_id") or raw.get("thread_id") or 0
+    return ThreadStack(
+        thread_id=int(tid),
+        name=str(raw.get("thread_name") or ""),
+        frames=frames,
+        active=bool(raw.get("active")),
+    )
+
+
+def mark_unchanged(
+    first: Sequence[ThreadStack], second: Sequence[ThreadStack]
+) -> tuple[ThreadStack, ...]:
+    """Mark each thread of `first` whose frames are identical in `second` (same thread id)."""
+    later = {t.thread_id: t.frames for t in second}
+    return tuple(
+        replace(t, unchanged=bool(t.frames) and later.get(t.thread_id) == t.frames) for t in first
+    )
+
+
+def classify_failure(returncode: int, stderr: str, *, native: bool) -> PyspyFailure:
+    """Map a non-zero py-spy exit and its stderr to a failure kind with a fix."""
+    first = _first_line(stderr) or f"py-spy exited with status {returncode}"
+    low = stderr.lower()
+    if "permission denied" in low or "operation not permitted" in low:
+        return PyspyFailure("permission_denied", f"permission denied: {first}", FIX_PERMISSION)
+    if "failed to find python version" in low:
+        return PyspyFailure("not_python", "not a Python process", None)
+    if "no such file or directory" in low or "no such process" in low:
+        return PyspyFailure("gone", f"process exited before it could be dumped: {first}", None)
+    if native:
+        # Native unwinding fails on some builds and targets; the caller retries without --native.
+        return PyspyFailure("native", f"native unwinding failed: {first}", None)
+    return PyspyFailure("error", f"py-spy failed: {first}", "run `py-spy dump --pid PID` by hand")
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith(("Stack backtrace", "Caused by")):
+            return line[:300]
+    return ""
+
+
+def resolve_pyspy(pyspy: str | None) -> str | None:
+    """The py-spy to run: an explicit path or name, else beside our Python, else on PATH."""
+    if pyspy:
+        if os.sep in pyspy:
+            return pyspy if os.access(pyspy, os.X_OK) and os.path.isfile(pyspy) else None
+        return shutil.which(pyspy)
+    # pip installs py-spy beside the interpreter; a systemd unit may not have that dir on PATH.
+    sibling = Path(sys.executable).parent / "py-spy"
+    if os.access(sibling, os.X_OK):
+        return str(sibling)
+    return shutil.which("py-spy")
+
+
+def is_python_process(pid: int, proc_root: str = "/proc") -> bool:
+    """True unless /proc says the executable is not a Python interpreter (nvcc, ninja, ...)."""
+    try:
+        exe = os.path.basename(os.readlink(f"{proc_root}/{pid}/exe"))
+    except OSError:
+        return True  # unreadable (another user, namespace): let py-spy decide
+    return exe.startswith(("python", "pypy"))
+
+
+def preflight_pyspy(
+    pyspy: str | None, pid: int | None, *, proc_root: str = "/proc"
+) -> tuple[bool, str]:
+    """Say up front whether py-spy can dump `pid` from here, and the fix when it cannot."""
+    exe = resolve_pyspy(pyspy)
+    if exe is None:
+        return False, f"py-spy not found ({pyspy or 'beside Python or on PATH'}): {FIX_INSTALL}"
+    cap = _has_cap_ptrace(proc_root)
+    scope = _read_int(f"{proc_root}/sys/kernel/yama/ptrace_scope")
+    if scope == 3:
+        return (
+            False,
+            "kernel.yama.ptrace_scope=3 forbids all ptrace until reboot; py-spy cannot run",
+        )
+    if scope == 2 and not cap:
+        return False, f"kernel.yama.ptrace_scope=2 needs CAP_SYS_PTRACE: {FIX_PERMISSION}"
+    if pid is None:
+        return True, f"py-spy at {exe}; CAP_SYS_PTRACE {'present' if cap else 'absent'}"
+    uids = _status_field(f"{proc_root}/{pid}/status", "Uid")
+    if uids is None:
+        return False, (
+            f"pid {pid} is not visible from the watchdog (another PID namespace?); in "
+            "Kubernetes set shareProcessNamespace: true, with Docker use --pid=container:NAME"
+        )
+    if not cap:
+        if any(int(u) != os.geteuid() for u in uids.split()):
+            return False, f"pid {pid} belongs to another user and CAP_SYS_PTRACE is absent: " + (
+                FIX_PERMISSION
+            )
+        if scope == 1 and not _is_descendant(pid, proc_root):
+            return False, (
+                f"kernel.yama.ptrace_scope=1 and pid {pid} is not the watchdog's child: "
+                + FIX_PERMISSION
+            )
+    return True, f"py-spy at {exe} can attach to pid {pid}"
+
+
+def _has_cap_ptrace(proc_root: str) -> bool:
+    eff = _status_field(f"{proc_root}/self/status", "CapEff")
+    try:
+        return eff is not None and bool(int(eff, 16) >> CAP_SYS_PTRACE & 1)
+    except ValueError:
+        return False
+
+
+def _status_field(path: str, key: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                if name == key:
+                    return value.strip()
+    except OSError:
+        return None
+    return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None  # no Yama LSM: only uid and capability checks apply
+
+
+def _is_descendant(pid: int, proc_root: str) -> bool:
+    me = str(os.getpid())
+    cur: str | None = str(pid)
+    for _ in range(64):
+        cur = _status_field(f"{proc_root}/{cur}/status", "PPid")
+        if cur is None or cur in ("0", "1"):
+            return False
+        if cur == me:
+            return True
+    return False

@@ -1,0 +1,268 @@
+"""Dump the Python stacks of every process of the server's tree with py-spy, never blocking.
+
+Every py-spy run has a hard deadline and its process group is killed when it passes (SGLang's
+watchdog blocked forever inside py-spy: sglang #17941). `--subprocesses --json` only prints the
+parent (domain.md section 5), so each pid is dumped on its own, in parallel. `--locals` is off
+unless the operator asks: locals can hold user prompts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from watchdog.model import ProcInfo, StackSample, ThreadStack
+from watchdog.stackparse import (
+    FIX_INSTALL,
+    FIX_PERMISSION,
+    FIX_TIMEOUT,
+    DumpParseError,
+    classify_failure,
+    is_python_process,
+    mark_unchanged,
+    parse_dump_json,
+    preflight_pyspy,
+    resolve_pyspy,
+)
+
+__all__ = ["CaptureResult", "StackCapturer", "preflight_pyspy", "resolve_pyspy"]
+
+Runner = Callable[..., subprocess.Popen]
+
+
+@dataclass(frozen=True)
+class CaptureResult:
+    """The stacks of one capture, the raw dumps for the bundle, and an overall result."""
+
+    samples: tuple[StackSample, ...]
+    raw_text: dict[int, str]
+    raw_json: dict[int, list[dict]]
+    second_text: dict[int, str]
+    result: str  # ok | partial | timeout | permission_denied | not_found | error
+    reason: str
+
+
+@dataclass
+class _PidDump:
+    """One pid's progress through a capture."""
+
+    proc: ProcInfo
+    threads: tuple[ThreadStack, ...] = ()
+    raw_json: list[dict] = field(default_factory=list)
+    text: str | None = None
+    second_text: str | None = None
+    kind: str = "ok"
+    error: str | None = None
+    fix: str | None = None
+    native: bool = True
+
+
+class StackCapturer:
+    """Runs py-spy captures in a background thread; the loop starts one and polls for the result."""
+
+    def __init__(
+        self,
+        *,
+        pyspy: str | None = None,
+        native: bool = True,
+        with_locals: bool = False,
+        deadline_s: float = 10.0,
+        second_after_s: float = 5.0,
+        max_parallel: int = 8,
+        runner: Runner = subprocess.Popen,
+        proc_root: str = "/proc",
+    ) -> None:
+        self._pyspy = pyspy
+        self._native = native
+        self._locals = with_locals
+        self._deadline_s = deadline_s
+        self._second_after_s = second_after_s
+        self._max_parallel = max(1, max_parallel)
+        self._runner = runner
+        self._proc_root = proc_root
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._result: CaptureResult | None = None
+        self._stop = threading.Event()
+        self._phase_deadline = 0.0
+
+    def start(self, procs: Sequence[ProcInfo]) -> bool:
+        """Begin a capture in a background thread; False if one is already running."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                return False
+            self._result = None
+            self._thread = threading.Thread(
+                target=self._background, args=(tuple(procs),), name="stack-capture", daemon=True
+            )
+            self._thread.start()
+            return True
+
+    def poll(self) -> CaptureResult | None:
+        """The finished result, once; None while running or after it was handed out."""
+        with self._lock:
+            result, self._result = self._result, None
+            return result
+
+    def busy(self) -> bool:
+        """True while a background capture is running."""
+        with self._lock:
+            return self._thread is not None and self._thread.is_alive()
+
+    def close(self) -> None:
+        """Cut short the wait before a running capture's second dump (daemon shutdown)."""
+        self._stop.set()
+
+    def _background(self, procs: tuple[ProcInfo, ...]) -> None:
+        result = self.capture_now(procs)
+        with self._lock:
+            self._result = result
+
+    def capture_now(self, procs: Sequence[ProcInfo]) -> CaptureResult:
+        """Dump every Python process in `procs` twice, blocking; never raises."""
+        try:
+            return self._capture(procs)
+        except (OSError, ValueError, RuntimeError) as e:  # last line of defence: never raise
+            return _empty("error", f"stack capture failed: {e}")
+
+    def _capture(self, procs: Sequence[ProcInfo]) -> CaptureResult:
+        exe = resolve_pyspy(self._pyspy)
+        if exe is None:
+            where = self._pyspy or "next to the watchdog's Python or on PATH"
+            return _empty("not_found", f"py-spy not found ({where}): {FIX_INSTALL}")
+        targets = [p for p in procs if is_python_process(p.pid, self._proc_root)]
+        if not targets:
+            return _empty("error", "no Python processes in the server's tree to dump")
+        dumps = [_PidDump(p, native=self._native) for p in targets]
+        self._each(dumps, lambda d: self._first(exe, d))
+        good = [d for d in dumps if d.kind == "ok"]
+        if good and self._second_after_s >= 0 and not self._stop.wait(self._second_after_s):
+            self._each(good, lambda d: self._second(exe, d))
+        return _assemble(dumps)
+
+    def _each(self, dumps: Sequence[_PidDump], work: Callable[[_PidDump], None]) -> None:
+        self._phase_deadline = time.monotonic() + self._deadline_s
+        with ThreadPoolExecutor(max_workers=min(self._max_parallel, len(dumps))) as pool:
+            list(pool.map(work, dumps))
+
+    def _first(self, exe: str, d: _PidDump) -> None:
+        ok = self._dump_json(exe, d, second=False)
+        if not ok and d.kind == "native":
+            d.native, d.kind = False, "ok"
+            ok = self._dump_json(exe, d, second=False)
+        if ok:
+            d.text = self._dump_text(exe, d)
+
+    def _second(self, exe: str, d: _PidDump) -> None:
+        later = _PidDump(d.proc, native=d.native)
+        if self._dump_json(exe, later, second=True):
+            d.threads = mark_unchanged(d.threads, later.threads)
+            d.second_text = self._dump_text(exe, d)
+
+    def _dump_json(self, exe: str, d: _PidDump, *, second: bool) -> bool:
+        rc, out, err = self._run(self._argv(exe, d, json_out=True))
+        if rc is None:
+            d.kind, d.error, d.fix = "timeout", "py-spy timed out", FIX_TIMEOUT
+            return False
+        if rc != 0:
+            failure = classify_failure(rc, err, native=d.native)
+            d.kind, d.error, d.fix = failure.kind, failure.error, failure.fix
+            return False
+        try:
+            d.raw_json, d.threads = parse_dump_json(out)
+        except DumpParseError as e:
+            d.kind, d.error, d.fix = "error", str(e), None
+            return False
+        return True
+
+    def _dump_text(self, exe: str, d: _PidDump) -> str | None:
+        rc, out, _ = self._run(self._argv(exe, d, json_out=False))
+        return out if rc == 0 else None
+
+    def _argv(self, exe: str, d: _PidDump, *, json_out: bool) -> list[str]:
+        argv = [exe, "dump", "--pid", str(d.proc.pid)]
+        argv += ["--native"] if d.native else []
+        argv += ["--locals"] if self._locals else []
+        return argv + (["--json"] if json_out else [])
+
+    def _run(self, argv: list[str]) -> tuple[int | None, str, str]:
+        """Run py-spy with the phase deadline; None as the status when it was killed."""
+        timeout = max(0.1, self._phase_deadline - time.monotonic())
+        try:
+            proc = self._runner(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,  # its own process group, so the kill takes its children
+            )
+        except PermissionError as e:
+            return 126, "", f"permission denied running py-spy: {e}"
+        except OSError as e:
+            return 127, "", f"could not run py-spy: {e}"
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return None, "", ""
+        return proc.returncode, out or "", err or ""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    try:
+        proc.communicate(timeout=2.0)
+    except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds the pipes
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        # unkillable (D state): the OS reaps it later, the capture must not block on it
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=2.0)
+
+
+def _empty(result: str, reason: str) -> CaptureResult:
+    return CaptureResult((), {}, {}, {}, result, reason)
+
+
+def _assemble(dumps: Sequence[_PidDump]) -> CaptureResult:
+    samples = tuple(
+        StackSample(pid=d.proc.pid, title=d.proc.title, threads=d.threads, error=d.error, fix=d.fix)
+        for d in dumps
+        if d.kind != "not_python"
+    )
+    good = [d for d in dumps if d.kind == "ok"]
+    bad = [d for d in dumps if d.kind not in ("ok", "not_python")]
+    raw_text = {d.proc.pid: d.text for d in good if d.text is not None}
+    second = {d.proc.pid: d.second_text for d in good if d.second_text is not None}
+    raw_json = {d.proc.pid: d.raw_json for d in good}
+    result, reason = _summarise(good, bad)
+    return CaptureResult(samples, raw_text, raw_json, second, result, reason)
+
+
+def _summarise(good: Sequence[_PidDump], bad: Sequence[_PidDump]) -> tuple[str, str]:
+    unchanged = sum(t.unchanged for d in good for t in d.threads)
+    problems = "; ".join(f"pid {d.proc.pid}: {d.error}" for d in bad)
+    if good and not bad:
+        return "ok", f"dumped {len(good)} process(es); {unchanged} thread(s) unchanged"
+    if good:
+        return "partial", f"dumped {len(good)} of {len(good) + len(bad)} process(es); {problems}"
+    if not bad:
+        return "error", "no Python processes in the server's tree to dump"
+    kinds = {d.kind for d in bad}
+    for kind in ("permission_denied", "timeout"):
+        if kind in kinds:
+            fix = FIX_PERMISSION if kind == "permission_denied" else FIX_TIMEOUT
+            return kind, f"{problems}. Fix: {fix}"
+    return "error", problems

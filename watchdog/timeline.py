@@ -1,0 +1,59 @@
+"""Observation timelines as JSON Lines, so a recorded window can be replayed through classify().
+
+One `Observation` per line, encoded with `watchdog.model.to_dict`. Strings are redacted on the way
+out by default (log lines and command lines can carry tokens); classification does not depend on
+secret values, so a redacted timeline replays to the same verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from watchdog.model import Observation, from_dict, to_dict
+from watchdog.redact import redact_tree
+
+
+def write_timeline(
+    path: Path,
+    observations: Iterable[Observation],
+    *,
+    redact: Callable[[Any], Any] | None = redact_tree,
+) -> None:
+    """Write `observations` to `path`, one JSON object per line (redacted unless redact=None)."""
+    with open(path, "w", encoding="utf-8") as f:
+        for obs in observations:
+            data = to_dict(obs)
+            if redact is not None:
+                data = redact(data)
+            f.write(json.dumps(data, separators=(",", ":"), default=str))
+            f.write("\n")
+
+
+def read_timeline(path: Path) -> list[Observation]:
+    """Read a timeline written by write_timeline; ValueError naming the bad line otherwise."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.readlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not a text file ({e}); expected a JSON Lines timeline") from e
+    return [_decode_line(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
+
+
+def _decode_line(path: Path, n: int, line: str) -> Observation:
+    hint = "expected one Observation object per line, as written by write_timeline"
+    try:
+        data = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{n}: not valid JSON ({e.msg}); {hint}") from e
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}:{n}: a JSON {type(data).__name__}, not an object; {hint}")
+    missing = [k for k in ("t", "wall") if k not in data]
+    if missing:
+        raise ValueError(f"{path}:{n}: missing {', '.join(missing)}; {hint}")
+    try:
+        return from_dict(Observation, data)
+    except (TypeError, KeyError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path}:{n}: not an Observation ({e}); {hint}") from e

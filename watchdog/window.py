@@ -1,0 +1,165 @@
+"""A bounded ring of observations plus the few facts that outlive it (phase, last progress).
+
+`Window.append` is deterministic in its input: replaying a recorded timeline rebuilds the
+same window, which is what lets `classify()` stay pure and `replay` reproduce a verdict.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from watchdog.model import LogEvent, Observation
+
+# Milestones after which the server is ready to serve (log kinds from watchdog/sources/logparse.py).
+READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
+
+
+@dataclass
+class Progress:
+    """What the window has learned about progress; survives the ring's eviction."""
+
+    phase: str = "starting"  # starting | loading | compiling | capturing | ready
+    phase_since: float | None = None
+    last_progress_t: float | None = None
+    last_progress_what: str = ""
+    pending_since: float | None = None
+    pending: bool = False
+    pending_why: str = ""
+    bars: dict[str, tuple[int, int]] = field(default_factory=dict)  # desc -> (n, total)
+    bar_desc: str | None = None  # the bar that most recently redrew
+    ratio: float | None = None
+    counters: dict[str, float] = field(default_factory=dict)  # vllm counters last seen
+    stats_pending: bool = False  # last `Engine 000:` line had running or waiting > 0
+    metrics_pending: bool | None = None  # None: no /metrics figures
+    read_bytes: int | None = None
+    facts: dict[str, Any] = field(default_factory=dict)
+    target_pid: int | None = None
+
+
+class Window:
+    """Observations of the last `span_s` seconds (at most `max_len`) and the Progress facts."""
+
+    def __init__(self, span_s: float = 600.0, max_len: int = 4000) -> None:
+        self.span_s = span_s
+        self._obs: deque[Observation] = deque(maxlen=max_len)
+        self.progress = Progress()
+
+    def __iter__(self) -> Iterator[Observation]:
+        return iter(self._obs)
+
+    def __len__(self) -> int:
+        return len(self._obs)
+
+    @property
+    def latest(self) -> Observation | None:
+        return self._obs[-1] if self._obs else None
+
+    def since(self, t: float) -> list[Observation]:
+        return [o for o in self._obs if o.t >= t]
+
+    def append(self, obs: Observation) -> None:
+        """Add one tick and update the progress facts from it."""
+        self._obs.append(obs)
+        while self._obs and self._obs[0].t < obs.t - self.span_s:
+            self._obs.popleft()
+        p = self.progress
+        if obs.procs is not None and (obs.procs.restarted or obs.procs.target_pid != p.target_pid):
+            if p.target_pid is not None:
+                self._rebaseline(obs.t)
+            p.target_pid = obs.procs.target_pid
+        p.facts.update({k: v for k, v in obs.facts.items() if v is not None})
+        for ev in obs.logs:
+            self._log_event(ev, obs.t)
+        if obs.vllm is not None and obs.vllm.up:
+            self._metrics(obs)
+        if obs.procs is not None and p.phase == "loading":
+            self._read_bytes(obs)
+        self._update_pending(obs.t)
+
+    def _rebaseline(self, t: float) -> None:
+        facts = self.progress.facts
+        self.progress = Progress(phase_since=t, last_progress_t=t, last_progress_what="server restarted")
+        self.progress.facts = {k: v for k, v in facts.items() if k in ("gpu_cc",)}
+
+    def _advance(self, t: float, what: str) -> None:
+        self.progress.last_progress_t = t
+        self.progress.last_progress_what = what
+
+    def _set_phase(self, phase: str, t: float) -> None:
+        p = self.progress
+        if p.phase != phase:
+            p.phase, p.phase_since = phase, t
+            self._advance(t, f"entered {phase}")
+
+    def _log_event(self, ev: LogEvent, t: float) -> None:
+        p, f = self.progress, ev.fields
+        if ev.kind in ("loading", "capture", "progress"):
+            desc = str(f.get("desc") or ev.kind)
+            n, total = int(f.get("n") or 0), int(f.get("total") or 0)
+            if ev.kind != "progress":
+                self._set_phase("loading" if ev.kind == "loading" else "capturing", t)
+            elif p.phase != "ready":
+                self._set_phase("ready", t)
+            prev = p.bars.get(desc)
+            if prev is None or n != prev[0] or total != prev[1]:
+                self._advance(t, f"{desc} {n}/{total}")
+            p.bars[desc] = (n, total)
+            if ev.kind == "progress":
+                p.bar_desc = desc
+                p.ratio = n / total if total else None
+        elif ev.kind == "compile":
+            self._set_phase("compiling", t)
+        elif ev.kind == "milestone":
+            name = str(f.get("name", ""))
+            self._set_phase("ready" if name in READY_MILESTONES else p.phase, t)
+            self._advance(t, f"milestone {name}")
+        elif ev.kind == "stats":
+            self._set_phase("ready", t)
+            running, waiting = float(f.get("running") or 0), float(f.get("waiting") or 0)
+            p.stats_pending = running + waiting > 0
+            if float(f.get("prompt_tps") or 0) > 0 or float(f.get("gen_tps") or 0) > 0:
+                self._advance(t, "throughput in the stats line")
+        elif ev.kind == "jit" and f.get("action") in ("downloaded", "loading"):
+            self._advance(t, "FlashInfer fetched a file")
+
+    def _metrics(self, obs: Observation) -> None:
+        p, v = self.progress, obs.vllm
+        assert v is not None
+        for name in ("iterations", "prompt_tokens", "generation_tokens"):
+            value = getattr(v, name)
+            if value is None:
+                continue
+            prev = p.counters.get(name)
+            if prev is not None and value > prev:
+                self._advance(obs.t, f"vllm {name} advanced")
+            p.counters[name] = value  # a drop means a restart: the new value is the new baseline
+        if v.running is not None or v.waiting is not None:
+            p.metrics_pending = (v.running or 0) + (v.waiting or 0) > 0
+        if p.phase in ("starting", "compiling", "capturing") and (p.counters.get("iterations") or 0) > 0:
+            self._set_phase("ready", obs.t)
+
+    def _read_bytes(self, obs: Observation) -> None:
+        assert obs.procs is not None
+        total = sum(pi.read_bytes or 0 for pi in obs.procs.procs)
+        if self.progress.read_bytes is not None and total > self.progress.read_bytes:
+            self._advance(obs.t, "weights being read from disk")
+        self.progress.read_bytes = total
+
+    def _update_pending(self, t: float) -> None:
+        p = self.progress
+        why = ""
+        if p.bar_desc is not None:
+            n, total = p.bars[p.bar_desc]
+            if total and n < total:
+                why = f"'{p.bar_desc}' at {n}/{total}"
+        if not why and p.metrics_pending:
+            why = "requests running or waiting (/metrics)"
+        # /metrics can read running=0 during a hang (vllm #46811), so the stats line counts too.
+        if not why and p.stats_pending:
+            why = "requests running or waiting (stats line)"
+        if why and not p.pending:
+            p.pending_since = t
+        p.pending, p.pending_why = bool(why), why

@@ -1,0 +1,241 @@
+"""Builds the daemon's sources and hooks from a Config: the one place that knows constructors."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watchdog import __version__
+from watchdog.config import Config, ConfigError
+from watchdog.daemon import Daemon, Hook, Sources
+from watchdog.emit import Emitter
+from watchdog.model import Observation
+from watchdog.signatures import SignatureSet, load_signatures
+from watchdog.supervise import Supervisor
+
+log = logging.getLogger("hang_watchdog.wiring")
+
+
+@dataclass
+class Built:
+    """A ready-to-run daemon and what the CLI needs to manage it."""
+
+    daemon: Daemon
+    supervisor: Supervisor | None = None
+    server: Any = None  # MetricsServer
+    metrics: Any = None  # MetricsSink
+    episodes: Any = None  # EpisodeHook
+    extras: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        self.daemon.close()
+        if self.server is not None:
+            self.server.stop()
+
+
+def build(cfg: Config, *, sigs: SignatureSet | None = None, emitter: Emitter | None = None) -> Built:
+    """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
+    sigs = sigs or load_signatures(cfg.signatures)
+    supervisor = Supervisor(cfg.command) if cfg.command else None
+    sources = Sources(
+        gpu=_gpu(cfg),
+        logs=_logs(cfg, sigs, supervisor),
+        vllm=_vllm(cfg),
+        procs=_procs(cfg, supervisor),
+        facts=_facts(cfg),
+    )
+    if sources.procs is not None:
+        sources.conns = _conns(cfg)
+    daemon = Daemon(cfg, sigs, sources, emitter=emitter or Emitter(cfg.log_format))
+    built = Built(daemon=daemon, supervisor=supervisor)
+    _metrics(cfg, sigs, built)
+    _episodes(cfg, built)
+    _remediation(cfg, sigs, built)
+    _notify(built)
+    return built
+
+
+def _gpu(cfg: Config) -> Any:
+    from watchdog.sources.gpusource import make_gpu_source
+
+    try:
+        return make_gpu_source(cfg.gpu_source)
+    except ValueError as exc:
+        raise ConfigError(f"key 'gpu_source': {exc}") from exc
+
+
+def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any:
+    from watchdog.sources.logs import FileFollower, LogSource, StreamReader
+
+    readers: list[Any] = []
+    for path in cfg.log_files:
+        readers.append(StreamReader(sys.stdin.buffer, "stdin") if path == "-" else FileFollower(path))
+    if cfg.journal_unit:
+        from watchdog.sources.journal import JournalReader
+
+        readers.append(JournalReader(cfg.journal_unit))
+    if supervisor is not None:
+        readers.append(supervisor.reader())
+    if not readers:
+        return None
+    return LogSource(readers, keep=sigs.log_keep_pattern())
+
+
+def _vllm(cfg: Config) -> Any:
+    if not cfg.vllm_url:
+        return None
+    from watchdog.sources.vllm import VllmSource
+
+    try:
+        return VllmSource(cfg.vllm_url)
+    except ValueError as exc:
+        raise ConfigError(f"key 'vllm_url': {exc}") from exc
+
+
+def _procs(cfg: Config, supervisor: Supervisor | None) -> Any:
+    from watchdog.sources import procs
+
+    try:
+        if supervisor is not None:
+            finder: Any = procs.ChildTarget(supervisor.current)
+        elif cfg.pid is not None:
+            finder = procs.PidTarget(cfg.pid)
+        elif cfg.match:
+            finder = procs.MatchTarget(cfg.match)
+        elif cfg.systemd_unit:
+            finder = procs.SystemdTarget(cfg.systemd_unit)
+        else:
+            return None
+    except (ValueError, re.error) as exc:
+        raise ConfigError(f"target: {exc}") from exc
+    return procs.ProcSource(finder)
+
+
+def _conns(cfg: Config) -> Any:
+    from watchdog.sources.conns import CdnHosts, ConnSource, Resolver
+
+    try:
+        hosts = CdnHosts(cfg.cdn_hosts)
+    except ValueError as exc:
+        raise ConfigError(f"key 'cdn_hosts': {exc}") from exc
+    return ConnSource(hosts, Resolver())
+
+
+def _facts(cfg: Config) -> Any:
+    try:
+        from watchdog.sources.facts import FactsSource
+    except ImportError:  # pragma: no cover - the module ships with the package
+        return None
+    return FactsSource()
+
+
+def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
+    from watchdog.export import MetricsServer, MetricsSink, parse_addr
+
+    try:
+        addr = parse_addr(cfg.metrics_addr)
+    except ValueError as exc:
+        raise ConfigError(f"key 'metrics_addr': {exc}") from exc
+    sink = MetricsSink(sigs.ids, version=__version__, stale_after_s=cfg.metrics_stale_s)
+    built.metrics = sink
+    built.daemon.hooks.append(_MetricsHook(sink))
+    if addr is not None:
+        built.server = MetricsServer(sink, cfg.metrics_addr)
+
+
+class _MetricsHook:
+    def __init__(self, sink: Any) -> None:
+        self.sink = sink
+
+    def on_tick(self, obs: Observation, verdict: Any, daemon: Daemon) -> None:
+        self.sink.observe(obs, verdict, daemon.stats.last_duration_s)
+
+
+def _episodes(cfg: Config, built: Built) -> None:
+    from watchdog.episodes import EpisodeHook
+
+    capturer = None
+    if cfg.stacks and built.daemon.sources.procs is not None:
+        from watchdog.stacks import StackCapturer
+
+        capturer = StackCapturer(
+            pyspy=cfg.pyspy,
+            native=cfg.stack_native,
+            with_locals=cfg.stack_locals,
+            deadline_s=cfg.stack_deadline_s,
+            second_after_s=cfg.stack_second_after_s,
+        )
+    writer = None
+    if cfg.incident_dir:
+        from watchdog.actions.incident import IncidentWriter
+
+        writer = IncidentWriter(
+            Path(cfg.incident_dir), max_incidents=cfg.max_incidents, max_bytes=cfg.max_incident_bytes
+        )
+    logs = built.daemon.sources.logs
+    hook = EpisodeHook(
+        capturer=capturer,
+        writer=writer,
+        log_tail=(lambda: logs.tail(500)) if logs is not None else (lambda: ()),
+        environment=lambda obs: _environment(built.daemon, obs),
+        metrics=built.metrics,
+        capture_wait_s=cfg.stack_deadline_s * 2 + cfg.stack_second_after_s + 5,
+    )
+    built.episodes = hook
+    built.daemon.hooks.append(hook)
+    built.extras.append(capturer)
+
+
+def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
+    from watchdog.actions.incident import build_environment
+
+    gpu = daemon.sources.gpu
+    driver = None
+    if gpu is not None and hasattr(gpu, "driver_version"):
+        try:
+            driver = gpu.driver_version()
+        except Exception:  # best effort: a lost GPU must not stop the bundle
+            driver = None
+    target = obs.procs.target_pid if obs.procs is not None else None
+    return build_environment(target_pid=target, gpus=obs.gpus, facts=daemon.window.progress.facts, driver=driver)
+
+
+def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
+    try:
+        from watchdog.remediation.hook import make_remediation_hook
+    except ImportError:
+        return
+    hook: Hook | None = make_remediation_hook(cfg, sigs, built)
+    if hook is not None:
+        built.daemon.hooks.append(hook)
+
+
+def _notify(built: Built) -> None:
+    from watchdog.sdnotify import Notifier
+
+    notifier = Notifier.from_env()
+    if notifier.enabled:
+        built.daemon.hooks.append(_NotifyHook(notifier))
+
+
+class _NotifyHook:
+    """READY=1 after the first complete loop, STATUS= on state changes, WATCHDOG=1 per loop."""
+
+    def __init__(self, notifier: Any) -> None:
+        self.notifier = notifier
+        self.ready = False
+        self.state: str | None = None
+
+    def on_tick(self, obs: Observation, verdict: Any, daemon: Daemon) -> None:
+        status = f"{verdict.state}" + (f": {verdict.signature}" if verdict.signature else "")
+        if not self.ready:
+            self.notifier.ready(status)
+            self.ready = True
+        elif verdict.state != self.state:
+            self.notifier.status(status)
+        self.state = verdict.state
+        self.notifier.watchdog()
