@@ -147,9 +147,7 @@ def test_vanished_gpu_and_host_leave_no_stale_series(sink: MetricsSink, url: str
     assert len(scrape(url)["hang_watchdog_gpu_sm_utilization_ratio"][1]) == 2
     sink.observe(_obs(two[:1]), Verdict(state="serving"), 0.1)
     got = scrape(url)
-    assert list(got["hang_watchdog_gpu_sm_utilization_ratio"][1]) == [
-        (("gpu", "0"), ("uuid", "A"))
-    ]
+    assert list(got["hang_watchdog_gpu_sm_utilization_ratio"][1]) == [(("gpu", "0"), ("uuid", "A"))]
     assert got["hang_watchdog_cdn_connections"][1] == {}
     assert got["hang_watchdog_hang"][1][(("signature", "cubin_download_stall"),)] == 0.0
 

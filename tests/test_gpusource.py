@@ -76,6 +76,19 @@ def test_hung_call_marks_down_within_deadline_then_recovers(
     source.close()
 
 
+def test_polls_while_stuck_do_not_wait_for_the_deadline_again(fake: FakeGpuBackend) -> None:
+    source = GpuSource(fake, deadline_s=1.0)
+    fake.hang_next("sample", 600.0)
+    assert source.poll() == ()  # this one waits out the deadline
+    started = time.monotonic()
+    for _ in range(3):
+        assert source.poll() == ()
+    # Each would take the full 1 s deadline if it queued a call behind the stuck one.
+    assert time.monotonic() - started < 1.0
+    fake.release()
+    source.close()
+
+
 def test_lost_gpu_is_a_placeholder_and_others_still_report(fake: FakeGpuBackend) -> None:
     fake.lost.add(1)
     source = GpuSource(fake)

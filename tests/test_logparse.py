@@ -315,8 +315,8 @@ def test_splitter_handles_tqdm_carriage_returns_and_partial_lines() -> None:
     out = s.feed(b"# | 1/8 [00:01<00:07, 1.00it/s]\r\n")
     assert out == ["Processed prompts:  12%|# | 1/8 [00:01<00:07, 1.00it/s]"]
     assert s.feed(b"tail-without-newline") == []
-    assert s.flush() == ["tail-without-newline"]
-    assert s.flush() == []
+    assert s.flush() == "tail-without-newline"
+    assert s.flush() == ""
 
 
 def test_splitter_crlf_split_across_chunks_is_one_line_end() -> None:

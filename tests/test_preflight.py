@@ -315,9 +315,7 @@ def test_cdn_refusing_fails_with_airgap_fixes() -> None:
 
 def test_cdn_never_answering_times_out_promptly(silent_port: int) -> None:
     started = time.monotonic()
-    result = checks_cubins.check_cubin_download(
-        JIT, {}, f"http://127.0.0.1:{silent_port}/", 0.5
-    )
+    result = checks_cubins.check_cubin_download(JIT, {}, f"http://127.0.0.1:{silent_port}/", 0.5)
     assert result.status == "FAIL" and "did not answer within 0.5 s" in result.reason
     assert time.monotonic() - started < 20  # a deadline, not a speed goal
 
@@ -384,8 +382,9 @@ def test_fabric_manager(tmp_path: Path, load: str, active: str, status: str) -> 
 
 
 def test_pyspy_real_and_missing(tmp_path: Path) -> None:
-    real = checks_watchdog.check_pyspy({"PATH": os.path.dirname(sys.executable) + ":" +
-                                        os.environ.get("PATH", "")}, 10.0)
+    real = checks_watchdog.check_pyspy(
+        {"PATH": os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "")}, 10.0
+    )
     assert real.status == "PASS" and "py-spy" in real.reason
     assert checks_watchdog.check_pyspy({"PATH": str(tmp_path)}, 5.0).status == "WARN"
 
@@ -435,7 +434,9 @@ def test_space_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_real_shm_and_cache_pass_on_this_host(tmp_path: Path) -> None:
     env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
     result = checks_watchdog.check_cache_space(env, downloads=False)
-    assert result.status in ("PASS", "WARN") and str(tmp_path / ".cache/flashinfer") in result.reason
+    assert (
+        result.status in ("PASS", "WARN") and str(tmp_path / ".cache/flashinfer") in result.reason
+    )
 
 
 def test_exit_code_strict() -> None:

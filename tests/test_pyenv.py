@@ -37,7 +37,9 @@ def test_reads_versions_from_a_real_venv_without_importing(venv: Path) -> None:
     python = venv / "bin" / "python"
     out = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     site = Path(out.stdout.strip())
     write_dist(site, "vllm", "0.11.2")

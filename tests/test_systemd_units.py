@@ -1,4 +1,4 @@
-"""The shipped systemd units pass `systemd-analyze verify`, are hardened, and agree with each other."""
+"""The shipped systemd units pass `systemd-analyze verify`, are hardened, and agree."""
 
 from __future__ import annotations
 
@@ -179,6 +179,8 @@ def test_readme_reports_the_current_exposure_score(tmp_path: Path) -> None:
         timeout=120,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr
-    match = re.search(r"Overall exposure level for hang-watchdog\.service: (\d+\.\d)", result.stdout)
+    match = re.search(
+        r"Overall exposure level for hang-watchdog\.service: (\d+\.\d)", result.stdout
+    )
     assert match, result.stdout[-500:]
     assert f"exposure level {match.group(1)}" in README_FRAGMENT.read_text()

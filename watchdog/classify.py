@@ -82,7 +82,11 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     state, reason = _benign_state(ctx, sigs)
     evidence: tuple[Evidence, ...] = ()
     if state == "stalled":
-        evidence = (Evidence("progress", "no_progress", stall.detail),) + ctx.gpu_figures() + ctx.capture_problems()
+        evidence = (
+            (Evidence("progress", "no_progress", stall.detail),)
+            + ctx.gpu_figures()
+            + ctx.capture_problems()
+        )
     return Verdict(
         state=state,
         reason=reason,
@@ -112,7 +116,10 @@ def _benign_state(ctx: _Context, sigs: SignatureSet) -> tuple[str, str]:
         return "starting", "waiting for the server to become ready"
     if stall.pending:
         if stall.busy:
-            return "serving", f"{stall.detail}, but the GPU is moving memory: a long batch, not a hang"
+            return (
+                "serving",
+                f"{stall.detail}, but the GPU is moving memory: a long batch, not a hang",
+            )
         return "serving", f"work pending ({p.pending_why}), progressing"
     return "idle", "no work pending"
 
@@ -141,7 +148,9 @@ def _eval(rule: Rule, ctx: _Context) -> Evidence | None:
     if detail is None:
         return None
     source = _SOURCE[rule.kind]
-    return Evidence(source=source, kind=rule.kind, detail=f"{rule.label}: {detail}", weight=rule.weight)
+    return Evidence(
+        source=source, kind=rule.kind, detail=f"{rule.label}: {detail}", weight=rule.weight
+    )
 
 
 class _Context:
@@ -157,7 +166,9 @@ class _Context:
         p, now = self.window.progress, self.obs.t
         if not p.pending:
             return Stall(False, None, False, False, False, "no work pending")
-        since = max(t for t in (p.last_progress_t, p.pending_since, self.window_start()) if t is not None)
+        since = max(
+            t for t in (p.last_progress_t, p.pending_since, self.window_start()) if t is not None
+        )
         secs = max(0.0, now - since)
         busy = self._gpu_busy(now - self.th.stall_after_s)
         limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
@@ -165,7 +176,9 @@ class _Context:
         if p.last_progress_what:
             detail += f" (last progress: {p.last_progress_what})"
         stalled = secs >= limit and not busy
-        return Stall(True, secs, stalled, secs >= self.th.suspect_after_s and not busy, busy, detail)
+        return Stall(
+            True, secs, stalled, secs >= self.th.suspect_after_s and not busy, busy, detail
+        )
 
     def window_start(self) -> float | None:
         first = next(iter(self.window), None)
@@ -186,7 +199,10 @@ class _Context:
 
     def capture_problems(self) -> tuple[Evidence, ...]:
         errs = {(s.error, s.fix) for s in self.stacks() if s.error}
-        return tuple(Evidence("stacks", "capture", f"{e}. Fix: {f}" if f else e) for e, f in sorted(errs, key=str))
+        return tuple(
+            Evidence("stacks", "capture", f"{e}. Fix: {f}" if f else e)
+            for e, f in sorted(errs, key=str)
+        )
 
     def gpu_figures(self) -> tuple[Evidence, ...]:
         return tuple(
@@ -198,7 +214,9 @@ class _Context:
 
 def _log(rule: Rule, ctx: _Context) -> str | None:
     assert rule.pattern is not None
-    hits = [ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)]
+    hits = [
+        ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)
+    ]
     if not hits:
         return None
     more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
@@ -206,14 +224,22 @@ def _log(rule: Rule, ctx: _Context) -> str | None:
 
 
 def _stack(rule: Rule, ctx: _Context) -> str | None:
-    for sample in ctx.stacks():
-        for th in sample.threads:
-            if rule.unchanged and not th.unchanged:
-                continue
-            for fr in th.frames:
-                if any(p.search(fr.name) for p in rule.frames) or any(p.search(fr.filename) for p in rule.files):
+    # Prefer a frame matched by name (download_file) over one matched only by its file.
+    for patterns, attr in ((rule.frames, "name"), (rule.files, "filename")):
+        for sample in ctx.stacks():
+            for th in sample.threads:
+                if rule.unchanged and not th.unchanged:
+                    continue
+                fr = next(
+                    (f for f in th.frames if any(p.search(getattr(f, attr)) for p in patterns)),
+                    None,
+                )
+                if fr is not None:
                     still = ", unchanged across two dumps" if th.unchanged else ""
-                    return f"pid {sample.pid} ({sample.title[:60]}) thread {th.name!r} in {fr.name} ({fr.filename}:{fr.line}){still}"
+                    return (
+                        f"pid {sample.pid} ({sample.title[:60]}) thread {th.name!r} in {fr.name} "
+                        f"({fr.filename}:{fr.line}){still}"
+                    )
     return None
 
 
@@ -271,7 +297,11 @@ def _setting(rule: Rule, ctx: _Context) -> str | None:
 
 def _health(rule: Rule, ctx: _Context) -> str | None:
     v = ctx.obs.vllm
-    return f"/health answered {v.health_status}" if v is not None and v.health_status == rule.status else None
+    return (
+        f"/health answered {v.health_status}"
+        if v is not None and v.health_status == rule.status
+        else None
+    )
 
 
 def _process_gone(rule: Rule, ctx: _Context) -> str | None:

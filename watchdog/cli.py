@@ -65,26 +65,58 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hang-watchdog {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("run", help="watch a server (attach with --pid/--match/--systemd-unit, or `run -- COMMAND`)")
+    p = sub.add_parser(
+        "run", help="watch a server (attach with --pid/--match/--systemd-unit, or `run -- COMMAND`)"
+    )
     _daemon_flags(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("diagnose", help="sample for a while, print the verdict with evidence and fix; exit 1 if hung")
+    p = sub.add_parser(
+        "diagnose",
+        help="sample for a while, print the verdict with evidence and fix; exit 1 if hung",
+    )
     _daemon_flags(p)
     p.add_argument("--duration", type=float, default=30.0, help="seconds to sample (default 30)")
-    p.add_argument("--until-hang", action="store_true", help="stop as soon as a hang is found (and its incident written)")
+    p.add_argument(
+        "--until-hang",
+        action="store_true",
+        help="stop as soon as a hang is found (and its incident written)",
+    )
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.set_defaults(func=cmd_diagnose)
 
-    p = sub.add_parser("signatures", help="list the known hang signatures, or validate an operator file")
-    p.add_argument("--check", metavar="FILE", help="validate FILE; exit 2 with the error if it is invalid")
-    p.add_argument("--signatures", action="append", default=[], metavar="FILE", help="operator signature file")
+    p = sub.add_parser(
+        "signatures", help="list the known hang signatures, or validate an operator file"
+    )
+    p.add_argument(
+        "--check", metavar="FILE", help="validate FILE; exit 2 with the error if it is invalid"
+    )
+    p.add_argument(
+        "--signatures", action="append", default=[], metavar="FILE", help="operator signature file"
+    )
     p.set_defaults(func=cmd_signatures)
 
-    _feature(sub, "replay", "watchdog.replay", "re-classify an incident bundle, a timeline, or a plain server log")
-    _feature(sub, "preflight", "watchdog.preflight", "check a host before the server starts; exit 1 on failure")
-    _feature(sub, "demo", "watchdog.demo", "simulate a hanging vLLM and watch the watchdog catch it")
-    _feature(sub, "fallback", "watchdog.remediation.cli", "show or clear the fallback applied by remediation")
+    _feature(
+        sub,
+        "replay",
+        "watchdog.replay",
+        "re-classify an incident bundle, a timeline, or a plain server log",
+    )
+    _feature(
+        sub,
+        "preflight",
+        "watchdog.preflight",
+        "check a host before the server starts; exit 1 on failure",
+    )
+    _feature(
+        sub, "demo", "watchdog.demo", "simulate a hanging vLLM and watch the watchdog catch it"
+    )
+    _feature(
+        sub,
+        "fallback",
+        "watchdog.remediation.cli",
+        "show or clear the fallback applied by remediation",
+    )
     return parser
 
 
@@ -102,7 +134,11 @@ def _feature(sub: Any, name: str, module: str, help: str) -> None:
 
 
 def _daemon_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="FILE", help="TOML config file (every key has a default; flags override)")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML config file (every key has a default; flags override)",
+    )
     for f in dataclasses.fields(Config):
         if f.name in NO_FLAG:
             continue
@@ -110,7 +146,13 @@ def _daemon_flags(p: argparse.ArgumentParser) -> None:
         helptext = f"{f.metadata['help']} (default: {_default(f)})"
         kind = str(f.type)
         if "bool" in kind:
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=helptext)
+            p.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=helptext,
+            )
         elif "list" in kind:
             p.add_argument(flag, dest=f.name, action="append", default=None, help=helptext)
         else:
@@ -136,7 +178,9 @@ def _setup_logging(fmt: str) -> None:
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s hang-watchdog %(levelname)s: %(message)s"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s hang-watchdog %(levelname)s: %(message)s")
+        )
     root.addHandler(handler)
     root.setLevel(logging.INFO)
     root.propagate = False
@@ -144,15 +188,32 @@ def _setup_logging(fmt: str) -> None:
 
 class _JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps({"ts": self.formatTime(record), "level": record.levelname, "message": record.getMessage()})
+        return json.dumps(
+            {
+                "ts": self.formatTime(record),
+                "level": record.levelname,
+                "message": record.getMessage(),
+            }
+        )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from watchdog.wiring import build
 
     cfg = config_from_args(args)
-    if not (cfg.pid or cfg.match or cfg.systemd_unit or cfg.command or cfg.vllm_url or cfg.log_files or cfg.journal_unit):
-        raise UsageError("run: nothing to watch; give --pid, --match, --systemd-unit, --vllm-url, --log-file or `-- COMMAND`")
+    if not (
+        cfg.pid
+        or cfg.match
+        or cfg.systemd_unit
+        or cfg.command
+        or cfg.vllm_url
+        or cfg.log_files
+        or cfg.journal_unit
+    ):
+        raise UsageError(
+            "run: nothing to watch; give --pid, --match, --systemd-unit, --vllm-url, "
+            "--log-file or `-- COMMAND`"
+        )
     built = build(cfg)
     stop = threading.Event()
     _on_signals(stop)
@@ -163,9 +224,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         sup = built.supervisor
         if sup is not None:
             sup.start()
-        until = None
-        if sup is not None:
-            until = lambda v: sup.returncode() is not None and not getattr(built, "restarting", False)  # noqa: E731
+
+        def child_gone(_verdict: Any) -> bool:
+            assert sup is not None
+            return sup.returncode() is not None and not getattr(built, "restarting", False)
+
+        until = child_gone if sup is not None else None
         built.daemon.run(stop=stop, until=until)
         if sup is not None:
             if stop.is_set():

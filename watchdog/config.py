@@ -45,17 +45,28 @@ class Config:
     vllm_url: str | None = _f(None, "base URL of the server's HTTP API, e.g. http://127.0.0.1:8000")
     gpu_source: str = _f("nvml", "nvml | dcgm:URL | file:PATH | none")
     cdn_hosts: list[str] = _f([], "extra kernel-CDN hosts HOST[:PORT] to watch sockets to")
+    cdn_default: bool = _f(
+        True, "also watch FlashInfer's default CDN edge.urm.nvidia.com (resolved in the background)"
+    )
     signatures: list[str] = _f([], "operator signature files added to the built-in ones")
     # timing and thresholds
     tick_s: float = _f(1.0, "seconds between observations", lo=0.05)
     window_s: float = _f(600.0, "seconds of observations kept for classification", lo=10)
     stall_after_s: float = _f(15.0, "no progress with work pending for this long is a stall", lo=1)
     suspect_after_s: float = _f(8.0, "no progress for this long starts stack capture", lo=1)
-    blind_stall_after_s: float = _f(120.0, "stall threshold when no GPU figures are available", lo=1)
-    gpu_spin_sm: float = _f(0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0)
-    gpu_spin_dram: float = _f(0.05, "DRAM bandwidth ratio at or below which a busy GPU is spinning", lo=0)
+    blind_stall_after_s: float = _f(
+        120.0, "stall threshold when no GPU figures are available", lo=1
+    )
+    gpu_spin_sm: float = _f(
+        0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0
+    )
+    gpu_spin_dram: float = _f(
+        0.05, "DRAM bandwidth ratio at or below which a busy GPU is spinning", lo=0
+    )
     gpu_spin_for_s: float = _f(10.0, "how long the spin must last", lo=0)
-    gpu_busy_dram: float = _f(0.15, "DRAM ratio above which a slow batch is real work, not a hang", lo=0)
+    gpu_busy_dram: float = _f(
+        0.15, "DRAM ratio above which a slow batch is real work, not a hang", lo=0
+    )
     # outputs
     log_format: str = _f("text", "how verdict lines on stderr look", choices=("text", "json"))
     metrics_addr: str = _f("127.0.0.1:9433", "exporter listen address HOST:PORT, or 'off'")
@@ -74,18 +85,28 @@ class Config:
     # remediation (off unless enabled)
     remediate: bool = _f(False, "restart the server with the signature's fallback")
     dry_run: bool = _f(False, "log and export the remediation plan without acting")
-    restarter: str = _f("supervise", "how to restart", choices=("supervise", "systemd", "kubernetes", "command"))
-    restart_command: list[str] = _f([], "argv for the command restarter; {signature} {fallback} {args} {env_file} placeholders")
+    restarter: str = _f(
+        "supervise", "how to restart", choices=("supervise", "systemd", "kubernetes", "command")
+    )
+    restart_command: list[str] = _f(
+        [], "argv for the command restarter; {signature} {fallback} {args} {env_file} placeholders"
+    )
     fallback_file: str | None = _f(None, "EnvironmentFile the systemd/kubernetes restarters write")
-    remediate_min_confidence: float = _f(0.6, "act only on hang verdicts at least this confident", lo=0)
+    remediate_min_confidence: float = _f(
+        0.6, "act only on hang verdicts at least this confident", lo=0
+    )
     cooldown_s: float = _f(300.0, "minimum seconds between two restarts", lo=0)
     max_restarts: int = _f(3, "restarts allowed per window before giving up", lo=0)
     restart_window_s: float = _f(3600.0, "the window for max_restarts", lo=1)
     stop_grace_s: float = _f(30.0, "SIGTERM to SIGKILL grace when stopping the server", lo=0)
     recover_within_s: float = _f(600.0, "progress must resume this soon after a restart", lo=1)
     smoke_test: bool = _f(True, "after a restart, send 4 short completions to the OpenAI API")
-    fallback_overrides: dict[str, str] = _f({}, "signature id -> fallback name, replacing the shipped choice")
-    canary: bool = _f(False, "when idle, send one max_tokens=1 request and treat a timeout as a stall")
+    fallback_overrides: dict[str, str] = _f(
+        {}, "signature id -> fallback name, replacing the shipped choice"
+    )
+    canary: bool = _f(
+        False, "when idle, send one max_tokens=1 request and treat a timeout as a stall"
+    )
     canary_idle_s: float = _f(120.0, "idle this long before a canary", lo=1)
     canary_timeout_s: float = _f(30.0, "canary request timeout", lo=1)
 
@@ -112,7 +133,9 @@ def build_config(values: Mapping[str, Any], origin: str = "config") -> Config:
     """Validate a mapping of keys into a Config."""
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
-        raise ConfigError(f"{origin}: unknown key {unknown[0]!r}; run `hang-watchdog run --help` for the keys")
+        raise ConfigError(
+            f"{origin}: unknown key {unknown[0]!r}; run `hang-watchdog run --help` for the keys"
+        )
     cfg = Config()
     for key, value in values.items():
         setattr(cfg, key, _coerce(key, value, origin))
@@ -135,7 +158,9 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     f = KEYS[key]
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
     kind = f.type if isinstance(f.type, str) else str(f.type)
-    bad = ConfigError(f"{origin}: key {key!r}: expected {kind.replace(' | None', '')}, got {value!r}")
+    bad = ConfigError(
+        f"{origin}: key {key!r}: expected {kind.replace(' | None', '')}, got {value!r}"
+    )
     if value is None and "None" in kind:
         return None
     if "bool" in kind:
@@ -162,17 +187,24 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     if lo is not None and value < lo:
         raise ConfigError(f"{origin}: key {key!r}: must be >= {lo}, got {value!r}")
     if choices and value not in choices:
-        raise ConfigError(f"{origin}: key {key!r}: must be one of {', '.join(choices)}, got {value!r}")
+        raise ConfigError(
+            f"{origin}: key {key!r}: must be one of {', '.join(choices)}, got {value!r}"
+        )
     return value
 
 
 def _cross_check(cfg: Config, origin: str) -> None:
     for key in ("gpu_spin_sm", "gpu_spin_dram", "gpu_busy_dram", "remediate_min_confidence"):
         if getattr(cfg, key) > 1:
-            raise ConfigError(f"{origin}: key {key!r}: is a ratio between 0 and 1, got {getattr(cfg, key)}")
+            raise ConfigError(
+                f"{origin}: key {key!r}: is a ratio between 0 and 1, got {getattr(cfg, key)}"
+            )
     if not (cfg.gpu_source in ("nvml", "none") or cfg.gpu_source.startswith(("dcgm:", "file:"))):
         raise ConfigError(
-            f"{origin}: key 'gpu_source': must be nvml, none, dcgm:URL or file:PATH, got {cfg.gpu_source!r}"
+            f"{origin}: key 'gpu_source': must be nvml, none, dcgm:URL or file:PATH, "
+            f"got {cfg.gpu_source!r}"
         )
     if cfg.suspect_after_s > cfg.stall_after_s:
-        raise ConfigError(f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})")
+        raise ConfigError(
+            f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
+        )

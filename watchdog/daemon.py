@@ -48,7 +48,11 @@ class Sources:
     facts: Any = None
 
     def all(self) -> list[Any]:
-        return [s for s in (self.gpu, self.logs, self.vllm, self.procs, self.conns, self.facts) if s is not None]
+        return [
+            s
+            for s in (self.gpu, self.logs, self.vllm, self.procs, self.conns, self.facts)
+            if s is not None
+        ]
 
 
 @dataclass
@@ -94,7 +98,11 @@ class Daemon:
         """One tick's snapshot of every source; a failing source contributes nothing."""
         s = self.sources
         procs: ProcSnapshot | None = _safe(s.procs, lambda: s.procs.poll())
-        pids = list(s.procs.pids()) if s.procs is not None and procs is not None and procs.alive else []
+        pids = (
+            list(s.procs.pids())
+            if s.procs is not None and procs is not None and procs.alive
+            else []
+        )
         target = procs.target_pid if procs is not None and procs.alive else None
         facts = dict(_safe(s.facts, lambda: s.facts.poll(target)) or {})
         environ = read_environ(target) if s.conns is not None and target is not None else None

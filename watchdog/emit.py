@@ -27,7 +27,9 @@ class Emitter:
     def event(self, kind: str, message: str, **fields: Any) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall()))
         if self.fmt == "json":
-            line = json.dumps({"ts": stamp, "event": kind, "message": message, **fields}, default=str)
+            line = json.dumps(
+                {"ts": stamp, "event": kind, "message": message, **fields}, default=str
+            )
         else:
             line = f"{stamp} hang-watchdog {kind}: {message}"
         try:
@@ -38,7 +40,8 @@ class Emitter:
 
     def state_change(self, old: str | None, verdict: Verdict) -> None:
         if verdict.signature:
-            msg = f"{old or '-'} -> {verdict.state}: {verdict.signature} ({verdict.confidence:.2f}) {verdict.title}"
+            cause = f"{verdict.signature} ({verdict.confidence:.2f}) {verdict.title}"
+            msg = f"{old or '-'} -> {verdict.state}: {cause}"
         else:
             msg = f"{old or '-'} -> {verdict.state}: {verdict.reason}"
         self.event("state", msg, old=old, new=verdict.state, verdict=to_dict(verdict))

@@ -133,4 +133,6 @@ class EpisodeHook:
         self.incidents.append(path)
         if self.metrics is not None:
             self.metrics.incident(verdict.signature or "stalled")
-        daemon.emitter.event("incident", f"wrote {path}", path=str(path), signature=verdict.signature)
+        daemon.emitter.event(
+            "incident", f"wrote {path}", path=str(path), signature=verdict.signature
+        )

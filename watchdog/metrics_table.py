@@ -122,7 +122,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "hang_watchdog_last_loop_timestamp_seconds",
         "gauge",
         (),
-        "Unix time the last loop iteration completed; an old value means the watchdog is stuck.",
+        "Unix time the last loop completed (start time before the first); old = watchdog stuck.",
     ),
     MetricSpec(
         "hang_watchdog_build_info",

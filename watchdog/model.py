@@ -41,7 +41,9 @@ class GpuSample:
     sm_clock_mhz: float | None = None
     procs: int | None = None  # compute processes on the GPU; None when unknown
     pids: tuple[int, ...] = ()  # host PIDs of those processes (NVML reports host PIDs)
-    method: str = ""  # what produced sm/dram: "gpm", "utilization_rates", "dcgm_prof", "dcgm_dev", "file"
+    method: str = (
+        ""  # what produced sm/dram: "gpm", "utilization_rates", "dcgm_prof", "dcgm_dev", "file"
+    )
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,9 @@ class Observation:
     procs: ProcSnapshot | None = None
     conns: tuple[Connection, ...] = ()
     stacks: tuple[StackSample, ...] = ()
-    facts: dict[str, Any] = field(default_factory=dict)  # environment facts, e.g. {"flashinfer": "0.6.7"}
+    facts: dict[str, Any] = field(
+        default_factory=dict
+    )  # environment facts, e.g. {"flashinfer": "0.6.7"}
     sources: dict[str, bool] = field(default_factory=dict)  # source name -> up
 
 

@@ -34,7 +34,9 @@ EVIDENCE_KINDS = frozenset(
     }
 )
 WHEN = frozenset({"stalled", "any"})
-VERDICT_STATES = frozenset({"hung", "dead", "crash"})  # crash: dead if the target is gone, else hung
+VERDICT_STATES = frozenset(
+    {"hung", "dead", "crash"}
+)  # crash: dead if the target is gone, else hung
 SEVERITIES = frozenset({"fail", "warn"})
 
 
@@ -143,7 +145,9 @@ class SignatureSet:
 
     def log_keep_pattern(self) -> re.Pattern[str] | None:
         """One regex matching every log rule, so the log source keeps exactly those lines."""
-        pats = [r.pattern.pattern for s in self.signatures for r in s.evidence + s.unless if r.pattern]
+        pats = [
+            r.pattern.pattern for s in self.signatures for r in s.evidence + s.unless if r.pattern
+        ]
         return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
 
 
@@ -185,18 +189,28 @@ def _parse(text: str, origin: str) -> SignatureSet:
         raise SignatureError(f"{origin}: not valid TOML: {exc}") from exc
     _check_keys(doc, {"schema", "signature", "known_bad", "fallback", "benign"}, origin)
     if doc.get("schema", 1) != 1:
-        raise SignatureError(f"{origin}: key 'schema': unsupported version {doc['schema']!r} (expected 1)")
+        raise SignatureError(
+            f"{origin}: key 'schema': unsupported version {doc['schema']!r} (expected 1)"
+        )
     fallbacks = {
         name: _fallback(name, body, f"{origin}: fallback.{name}")
         for name, body in _table(doc, "fallback", origin).items()
     }
-    sigs = [_signature(e, f"{origin}: signature[{i}]", origin) for i, e in enumerate(_list(doc, "signature", origin))]
+    sigs = [
+        _signature(e, f"{origin}: signature[{i}]", origin)
+        for i, e in enumerate(_list(doc, "signature", origin))
+    ]
     ids = [s.id for s in sigs]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise SignatureError(f"{origin}: duplicate signature id(s): {', '.join(dupes)}")
-    bad = [_known_bad(e, f"{origin}: known_bad[{i}]") for i, e in enumerate(_list(doc, "known_bad", origin))]
-    benign = tuple(_benign(e, f"{origin}: benign[{i}]") for i, e in enumerate(_list(doc, "benign", origin)))
+    bad = [
+        _known_bad(e, f"{origin}: known_bad[{i}]")
+        for i, e in enumerate(_list(doc, "known_bad", origin))
+    ]
+    benign = tuple(
+        _benign(e, f"{origin}: benign[{i}]") for i, e in enumerate(_list(doc, "benign", origin))
+    )
     return SignatureSet(tuple(sigs), tuple(bad), fallbacks, benign)
 
 
@@ -209,17 +223,42 @@ def _benign(e: Any, where: str) -> Benign:
     body = dict(e)
     state = body.pop("state", None)
     if state not in BENIGN_STATES:
-        raise SignatureError(f"{where}: key 'state': must be one of {sorted(BENIGN_STATES)}, got {state!r}")
+        raise SignatureError(
+            f"{where}: key 'state': must be one of {sorted(BENIGN_STATES)}, got {state!r}"
+        )
     return Benign(state=state, rule=_rule(body, where))
 
 
 _SIG_KEYS = {
-    "id", "title", "when", "state", "priority", "min_confidence", "fallback", "fix", "commands",
-    "references", "evidence", "unless",
+    "id",
+    "title",
+    "when",
+    "state",
+    "priority",
+    "min_confidence",
+    "fallback",
+    "fix",
+    "commands",
+    "references",
+    "evidence",
+    "unless",
 }
 _RULE_KEYS = {
-    "kind", "weight", "required", "label", "pattern", "within_s", "decisive", "frames", "files",
-    "unchanged", "values", "name", "equals", "not_equals", "status",
+    "kind",
+    "weight",
+    "required",
+    "label",
+    "pattern",
+    "within_s",
+    "decisive",
+    "frames",
+    "files",
+    "unchanged",
+    "values",
+    "name",
+    "equals",
+    "not_equals",
+    "status",
 }
 
 
@@ -236,8 +275,12 @@ def _signature(e: Any, where: str, origin: str) -> Signature:
         raise SignatureError(f"{where}: key 'when': must be one of {sorted(WHEN)}, got {when!r}")
     state = _get(e, "state", str, where, "hung")
     if state not in VERDICT_STATES:
-        raise SignatureError(f"{where}: key 'state': must be one of {sorted(VERDICT_STATES)}, got {state!r}")
-    evidence = tuple(_rule(r, f"{where}: evidence[{i}]") for i, r in enumerate(_list(e, "evidence", where)))
+        raise SignatureError(
+            f"{where}: key 'state': must be one of {sorted(VERDICT_STATES)}, got {state!r}"
+        )
+    evidence = tuple(
+        _rule(r, f"{where}: evidence[{i}]") for i, r in enumerate(_list(e, "evidence", where))
+    )
     if not evidence:
         raise SignatureError(f"{where}: key 'evidence': at least one evidence item is needed")
     return Signature(
@@ -252,7 +295,9 @@ def _signature(e: Any, where: str, origin: str) -> Signature:
         commands=tuple(_strs(e, "commands", where)),
         references=tuple(_strs(e, "references", where)),
         evidence=evidence,
-        unless=tuple(_rule(r, f"{where}: unless[{i}]") for i, r in enumerate(_list(e, "unless", where))),
+        unless=tuple(
+            _rule(r, f"{where}: unless[{i}]") for i, r in enumerate(_list(e, "unless", where))
+        ),
         origin=origin,
     )
 
@@ -263,7 +308,9 @@ def _rule(r: Any, where: str) -> Rule:
     _check_keys(r, _RULE_KEYS, where)
     kind = r.get("kind")
     if kind not in EVIDENCE_KINDS:
-        raise SignatureError(f"{where}: key 'kind': must be one of {sorted(EVIDENCE_KINDS)}, got {kind!r}")
+        raise SignatureError(
+            f"{where}: key 'kind': must be one of {sorted(EVIDENCE_KINDS)}, got {kind!r}"
+        )
     pattern = _regex(r["pattern"], f"{where}: key 'pattern'") if "pattern" in r else None
     if kind == "log" and pattern is None:
         raise SignatureError(f"{where}: key 'pattern': a log rule needs a regex")
@@ -272,7 +319,9 @@ def _rule(r: Any, where: str) -> Rule:
     if kind == "stack" and not (frames or files):
         raise SignatureError(f"{where}: key 'frames': a stack rule needs frames or files")
     if kind in ("package", "setting") and not isinstance(r.get("name"), str):
-        raise SignatureError(f"{where}: key 'name': a {kind} rule needs the name of a package or setting")
+        raise SignatureError(
+            f"{where}: key 'name': a {kind} rule needs the name of a package or setting"
+        )
     if kind in ("gpu_cc", "package") and not r.get("values"):
         raise SignatureError(f"{where}: key 'values': a {kind} rule needs a list of values")
     weight = float(_get(r, "weight", (int, float), where, 0.0))
@@ -303,7 +352,18 @@ def _known_bad(e: Any, where: str) -> KnownBad:
     if not isinstance(e, dict) or not isinstance(e.get("id"), str):
         raise SignatureError(f"{where}: key 'id': each known_bad entry needs a string id")
     where = f"{where.split(':')[0]}: known_bad '{e['id']}'"
-    keys = {"id", "severity", "cc", "package", "versions", "unless_disabled", "title", "fixes", "references", "signature"}
+    keys = {
+        "id",
+        "severity",
+        "cc",
+        "package",
+        "versions",
+        "unless_disabled",
+        "title",
+        "fixes",
+        "references",
+        "signature",
+    }
     _check_keys(e, keys, where)
     severity = _get(e, "severity", str, where, "fail")
     if severity not in SEVERITIES:
@@ -328,7 +388,9 @@ def _known_bad(e: Any, where: str) -> KnownBad:
 def _fallback(name: str, body: Any, where: str) -> Fallback:
     if not isinstance(body, dict):
         raise SignatureError(f"{where}: must be a table")
-    _check_keys(body, {"description", "args", "env", "args_since_vllm", "legacy_env", "restart"}, where)
+    _check_keys(
+        body, {"description", "args", "env", "args_since_vllm", "legacy_env", "restart"}, where
+    )
     return Fallback(
         name=name,
         description=_get(body, "description", str, where, ""),
@@ -343,7 +405,10 @@ def _fallback(name: str, body: Any, where: str) -> Fallback:
 def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise SignatureError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(sorted(allowed))}")
+        raise SignatureError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(sorted(allowed))}"
+        )
 
 
 def _get(table: Mapping[str, Any], key: str, tp: Any, where: str, default: Any) -> Any:

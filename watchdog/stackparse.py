@@ -30,7 +30,7 @@ FIX_PERMISSION = (
 )
 FIX_TIMEOUT = (
     "py-spy did not finish before its deadline and was killed (sglang #17941 hung forever "
-    "inside py-spy); raise the stack deadline, or try `py-spy dump --pid PID` by hand"
+    "inside py-spy); raise stack_deadline_s, or try `py-spy dump --pid PID` by hand"
 )
 
 

@@ -62,6 +62,7 @@ class _PidDump:
     error: str | None = None
     fix: str | None = None
     native: bool = True
+    native_failed: bool = False
 
 
 class StackCapturer:
@@ -155,7 +156,7 @@ class StackCapturer:
     def _first(self, exe: str, d: _PidDump) -> None:
         ok = self._dump_json(exe, d, second=False)
         if not ok and d.kind == "native":
-            d.native, d.kind = False, "ok"
+            d.native, d.native_failed, d.kind, d.error, d.fix = False, True, "ok", None, None
             ok = self._dump_json(exe, d, second=False)
         if ok:
             d.text = self._dump_text(exe, d)
@@ -255,7 +256,8 @@ def _summarise(good: Sequence[_PidDump], bad: Sequence[_PidDump]) -> tuple[str, 
     unchanged = sum(t.unchanged for d in good for t in d.threads)
     problems = "; ".join(f"pid {d.proc.pid}: {d.error}" for d in bad)
     if good and not bad:
-        return "ok", f"dumped {len(good)} process(es); {unchanged} thread(s) unchanged"
+        note = " (native frames unavailable for some)" if any(d.native_failed for d in good) else ""
+        return "ok", f"dumped {len(good)} process(es){note}; {unchanged} thread(s) unchanged"
     if good:
         return "partial", f"dumped {len(good)} of {len(good) + len(bad)} process(es); {problems}"
     if not bad:

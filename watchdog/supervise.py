@@ -7,6 +7,7 @@ fallback's extra arguments and environment.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -45,7 +46,9 @@ class Supervisor:
         self._readers: list[StreamReader] = []
         self._retired: list[StreamReader] = []
 
-    def start(self, extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None) -> int:
+    def start(
+        self, extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None
+    ) -> int:
         """Launch the command (plus a fallback's arguments and environment); returns its PID."""
         self.extra_args = list(extra_args)
         self.extra_env = dict(extra_env or {})
@@ -82,7 +85,7 @@ class Supervisor:
         return self.popen
 
     def stop(self, grace_s: float = 30.0) -> int | None:
-        """SIGTERM the child's whole process group, SIGKILL after `grace_s`; returns its exit code."""
+        """SIGTERM the child's process group, SIGKILL after `grace_s`; returns its exit code."""
         child = self.popen
         if child is None or child.poll() is not None:
             return None if child is None else child.returncode
@@ -121,6 +124,9 @@ class SupervisedReader:
     def read(self) -> list[str]:
         return self._sup.lines()
 
+    def partials(self) -> list[str]:
+        return [p for r in self._sup._readers for p in r.partials()]
+
     def close(self) -> None:
         self._sup.close()
 
@@ -131,10 +137,8 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
     except ProcessLookupError:
         pass
     except PermissionError:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def wait_exit(sup: Supervisor, timeout_s: float) -> int | None:

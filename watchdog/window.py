@@ -81,7 +81,9 @@ class Window:
 
     def _rebaseline(self, t: float) -> None:
         facts = self.progress.facts
-        self.progress = Progress(phase_since=t, last_progress_t=t, last_progress_what="server restarted")
+        self.progress = Progress(
+            phase_since=t, last_progress_t=t, last_progress_what="server restarted"
+        )
         self.progress.facts = {k: v for k, v in facts.items() if k in ("gpu_cc",)}
 
     def _advance(self, t: float, what: str) -> None:
@@ -138,7 +140,10 @@ class Window:
             p.counters[name] = value  # a drop means a restart: the new value is the new baseline
         if v.running is not None or v.waiting is not None:
             p.metrics_pending = (v.running or 0) + (v.waiting or 0) > 0
-        if p.phase in ("starting", "compiling", "capturing") and (p.counters.get("iterations") or 0) > 0:
+        if (
+            p.phase in ("starting", "compiling", "capturing")
+            and (p.counters.get("iterations") or 0) > 0
+        ):
             self._set_phase("ready", obs.t)
 
     def _read_bytes(self, obs: Observation) -> None:

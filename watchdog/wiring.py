@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import sys
@@ -37,7 +38,9 @@ class Built:
             self.server.stop()
 
 
-def build(cfg: Config, *, sigs: SignatureSet | None = None, emitter: Emitter | None = None) -> Built:
+def build(
+    cfg: Config, *, sigs: SignatureSet | None = None, emitter: Emitter | None = None
+) -> Built:
     """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
     sigs = sigs or load_signatures(cfg.signatures)
     supervisor = Supervisor(cfg.command) if cfg.command else None
@@ -73,7 +76,9 @@ def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any
 
     readers: list[Any] = []
     for path in cfg.log_files:
-        readers.append(StreamReader(sys.stdin.buffer, "stdin") if path == "-" else FileFollower(path))
+        readers.append(
+            StreamReader(sys.stdin.buffer, "stdin") if path == "-" else FileFollower(path)
+        )
     if cfg.journal_unit:
         from watchdog.sources.journal import JournalReader
 
@@ -116,10 +121,10 @@ def _procs(cfg: Config, supervisor: Supervisor | None) -> Any:
 
 
 def _conns(cfg: Config) -> Any:
-    from watchdog.sources.conns import CdnHosts, ConnSource, Resolver
+    from watchdog.sources.conns import DEFAULT_CDN, CdnHosts, ConnSource, Resolver
 
     try:
-        hosts = CdnHosts(cfg.cdn_hosts)
+        hosts = CdnHosts(cfg.cdn_hosts, default=DEFAULT_CDN if cfg.cdn_default else None)
     except ValueError as exc:
         raise ConfigError(f"key 'cdn_hosts': {exc}") from exc
     return ConnSource(hosts, Resolver())
@@ -174,7 +179,9 @@ def _episodes(cfg: Config, built: Built) -> None:
         from watchdog.actions.incident import IncidentWriter
 
         writer = IncidentWriter(
-            Path(cfg.incident_dir), max_incidents=cfg.max_incidents, max_bytes=cfg.max_incident_bytes
+            Path(cfg.incident_dir),
+            max_incidents=cfg.max_incidents,
+            max_bytes=cfg.max_incident_bytes,
         )
     logs = built.daemon.sources.logs
     hook = EpisodeHook(
@@ -201,7 +208,12 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
         except Exception:  # best effort: a lost GPU must not stop the bundle
             driver = None
     target = obs.procs.target_pid if obs.procs is not None else None
-    return build_environment(target_pid=target, gpus=obs.gpus, facts=daemon.window.progress.facts, driver=driver)
+    env = build_environment(
+        target_pid=target, gpus=obs.gpus, facts=daemon.window.progress.facts, driver=driver
+    )
+    # replay re-classifies with the thresholds this daemon used
+    env["watchdog"] = {"version": __version__, "thresholds": dataclasses.asdict(daemon.thresholds)}
+    return env
 
 
 def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:

@@ -190,7 +190,7 @@ class IncidentWriter:
         bundles = sorted(p for p in self.root.iterdir() if p.is_dir() and _NAME_RE.match(p.name))
         sizes = {p: _tree_bytes(p) for p in bundles}
         total = sum(sizes.values())
-        for old in bundles:
+        for old in list(bundles):
             if old == keep:
                 continue
             if len(bundles) <= self.max_incidents and total <= self.max_bytes:

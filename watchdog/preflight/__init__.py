@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--server-args",
         metavar="ARGS",
         default="",
-        help="the server's arguments as one string, e.g. \"--attention-config."
-        'use_trtllm_attention=0" (shell-split)',
+        help="the server's arguments as one shell-split string; write it with '=' because it "
+        'starts with a dash: --server-args="--attention-config.use_trtllm_attention=0"',
     )
     parser.add_argument("--json", action="store_true", help="print the stable JSON schema")
     parser.add_argument("--strict", action="store_true", help="warnings fail too (exit 1)")

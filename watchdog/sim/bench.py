@@ -29,6 +29,17 @@ def postfix(prompt_tokens: int, gen_tokens: int, elapsed: float) -> str:
     return f"est. speed input: {inp:.2f} toks/s, output: {out:.2f} toks/s"
 
 
+def print_throughput(console: Console, total: int, p_tok: int, g_tok: int, elapsed: float) -> None:
+    """The final lines of vllm/benchmarks/throughput.py (stdout)."""
+    console.line(
+        f"Throughput: {total / elapsed:.2f} requests/s, "
+        f"{(p_tok + g_tok) / elapsed:.2f} total tokens/s, "
+        f"{g_tok / elapsed:.2f} output tokens/s"
+    )
+    console.line(f"Total num prompt tokens:  {p_tok}")
+    console.line(f"Total num output tokens:  {g_tok}")
+
+
 def run_bench(cfg: SimConfig, console: Console, link: EngineLink) -> int:
     """Drive the bars from the engine's reports; 0 when all prompts finished, 1 if it died."""
     if not link.wait_for("ready"):
@@ -61,13 +72,7 @@ def run_bench(cfg: SimConfig, console: Console, link: EngineLink) -> int:
             bar.draw(format_meter(done, total, elapsed, DESC, postfix(p_tok, g_tok, elapsed)))
         if finished:
             bar.close()
-            console.line(
-                f"Throughput: {total / elapsed:.2f} requests/s, "
-                f"{(p_tok + g_tok) / elapsed:.2f} total tokens/s, "
-                f"{g_tok / elapsed:.2f} output tokens/s"
-            )
-            console.line(f"Total num prompt tokens:  {p_tok}")
-            console.line(f"Total num output tokens:  {g_tok}")
+            print_throughput(console, total, p_tok, g_tok, elapsed)
             return 0
         if dead:
             bar.close()

@@ -16,7 +16,9 @@ from watchdog.model import GpuSample
 class FabricInfo:
     """NVML GPU fabric (NVLink/NVSwitch) state; see domain.md section 3 "Fabric"."""
 
-    state: int  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed
+    state: (
+        int  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed
+    )
     status: int | None = None  # nvmlReturn; meaningful only when state is completed
     health_summary: int | None = None  # 0 not supported, 1 healthy, 2 unhealthy, 3 limited capacity
     health_mask: int | None = None

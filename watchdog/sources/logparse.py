@@ -214,9 +214,15 @@ class LineSplitter:
         self._append(parts[-1])
         return lines
 
-    def flush(self) -> list[str]:
-        """The held partial line (at EOF or rotation), as a list of zero or one line."""
-        return self._take()
+    def peek(self) -> str:
+        """The held partial line without taking it: a frozen tqdm bar is never terminated,
+        because tqdm writes `\r` before each redraw, not after it."""
+        return bytes(self._buf).decode("utf-8", errors="replace")
+
+    def flush(self) -> str:
+        """The held partial line (at EOF or rotation); "" when there is none."""
+        taken = self._take()
+        return taken[0] if taken else ""
 
     def _append(self, part: bytes) -> None:
         room = self.max_line_bytes - len(self._buf)

@@ -18,6 +18,7 @@ from watchdog.sources.base import SourceHealth
 from watchdog.sources.logparse import LineSplitter, clean_line, parse_line
 
 _CHUNK = 65536
+_TAIL_LINE_CHARS = 8192  # keeps the incident-bundle tail small even with huge lines
 _REDRAW_KINDS = frozenset({"progress", "loading", "capture"})  # tqdm bars redrawn many times/s
 
 
@@ -55,6 +56,11 @@ class FileFollower:
         self._offset = 0
         self._splitter = LineSplitter(max_line_bytes)
 
+    def partials(self) -> list[str]:
+        """The unterminated last line, if any (see LineSplitter.peek)."""
+        held = self._splitter.peek()
+        return [held] if held else []
+
     def read(self) -> list[str]:
         """The complete lines written since the last call; [] (and `error` set) on OSError."""
         try:
@@ -79,7 +85,8 @@ class FileFollower:
             return lines  # renamed away and not yet recreated: keep the old file open
         if (st.st_dev, st.st_ino) != self._id:
             # Rotated: the writer may have written more to the old file before moving on.
-            lines += self._drain() + self._splitter.flush()
+            lines += self._drain()
+            lines += [partial] if (partial := self._splitter.flush()) else []
             self._close_file()
             if self._open():
                 lines += self._drain()
@@ -131,9 +138,9 @@ class FileFollower:
 class StreamReader:
     """Reads a pipe or stdin on a daemon thread into a bounded queue of lines.
 
-    When the consumer falls behind by more than `max_lines`, the oldest lines are dropped
-    and counted in `dropped`. `tee` receives every byte read (supervise mode echoes the
-    child's output through to the watchdog's own stdout/stderr).
+    When the consumer falls behind by more than `max_lines` lines or `max_chars` characters,
+    the oldest lines are dropped and counted in `dropped`. `tee` receives every byte read
+    (supervise mode echoes the child's output through to the watchdog's own stdout/stderr).
     """
 
     def __init__(
@@ -143,6 +150,7 @@ class StreamReader:
         *,
         tee: BinaryIO | None = None,
         max_lines: int = 10000,
+        max_chars: int = 8 << 20,
         max_line_bytes: int = 65536,
     ) -> None:
         self.name = name
@@ -151,17 +159,24 @@ class StreamReader:
         self.dropped = 0
         self._stream = stream
         self._tee = tee
-        self._lines: collections.deque[str] = collections.deque(maxlen=max_lines)
+        self._lines: collections.deque[str] = collections.deque()
+        self._max_lines, self._max_chars, self._chars = max_lines, max_chars, 0
         self._lock = threading.Lock()
         self._splitter = LineSplitter(max_line_bytes)
         self._thread = threading.Thread(target=self._run, name=f"log-reader-{name}", daemon=True)
         self._thread.start()
+
+    def partials(self) -> list[str]:
+        """The unterminated last line, if any (see LineSplitter.peek)."""
+        held = self._splitter.peek()
+        return [held] if held else []
 
     def read(self) -> list[str]:
         """All lines queued since the last call."""
         with self._lock:
             lines = list(self._lines)
             self._lines.clear()
+            self._chars = 0
         return lines
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -184,16 +199,19 @@ class StreamReader:
                 self._push(self._splitter.feed(data))
         except (OSError, ValueError) as exc:  # ValueError: the stream was closed under us
             self.error = f"reading {self.name} failed: {exc}"
-        self._push(self._splitter.flush())
+        partial = self._splitter.flush()
+        self._push([partial] if partial else [])
         self.eof = True
 
     def _push(self, lines: list[str]) -> None:
         if not lines:
             return
         with self._lock:
-            room = (self._lines.maxlen or 0) - len(self._lines)
-            self.dropped += max(0, len(lines) - room)
             self._lines.extend(lines)
+            self._chars += sum(map(len, lines))
+            while len(self._lines) > self._max_lines or self._chars > self._max_chars:
+                self._chars -= len(self._lines.popleft())
+                self.dropped += 1
 
     def _echo(self, data: bytes) -> None:
         tee = self._tee
@@ -204,6 +222,9 @@ class StreamReader:
             tee.flush()
         except (OSError, ValueError):
             self._tee = None  # our own stdout went away; keep reading the child regardless
+
+
+_BAR_KINDS = frozenset({"progress", "loading", "capture"})
 
 
 class LogSource:
@@ -225,6 +246,7 @@ class LogSource:
         self._keep = keep
         self._max_events = max_events_per_tick
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self._held: dict[tuple[int, int], str] = {}
 
     def poll(self) -> tuple[LogEvent, ...]:
         """The events parsed from all lines that arrived since the last poll."""
@@ -235,10 +257,11 @@ class LogSource:
                 line = clean_line(raw)
                 if not line:
                     continue
-                self._tail.append(line)
+                self._tail.append(line[:_TAIL_LINE_CHARS])
                 event = parse_line(line, source=reader.name, keep=self._keep)
                 if event is not None:
                     events.append(event)
+            events.extend(self._held_bars(reader))
             if reader.error:
                 errors.append(reader.error)
         if errors:
@@ -246,6 +269,22 @@ class LogSource:
         else:
             self.health.ok()
         return tuple(self._cap(events))
+
+    def _held_bars(self, reader: LineReader) -> list[LogEvent]:
+        """A progress bar left unterminated (a hung tqdm never redraws) is still the bar's
+        current state: report it once per distinct text."""
+        partials = getattr(reader, "partials", None)
+        out: list[LogEvent] = []
+        for i, raw in enumerate(partials() if partials is not None else ()):
+            key = (id(reader), i)
+            line = clean_line(raw)
+            if not line or self._held.get(key) == line:
+                continue
+            self._held[key] = line
+            event = parse_line(line, source=reader.name)
+            if event is not None and event.kind in _BAR_KINDS:
+                out.append(event)
+        return out
 
     def tail(self, n: int = 200) -> list[str]:
         """The last `n` cleaned lines from all readers, oldest first (for incident bundles)."""

@@ -1,0 +1,228 @@
+"""`hang-watchdog preflight` end to end: exit codes, usage errors, the JSON schema, and the
+SM103 + FlashInfer 0.6.7 case that fails until --server-args disables TRTLLM attention."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import ipaddress
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from watchdog.model import GpuSample
+from watchdog.preflight import add_arguments, options_from_args, run
+from watchdog.preflight.checks_cubins import DEFAULT_CUBINS_REPOSITORY, probe_cdn
+from watchdog.preflight.report import SCHEMA, STATUSES
+from watchdog.sources.fakegpu import FakeGpuBackend
+
+MAIN = "import sys; from watchdog.preflight import main; sys.exit(main(sys.argv[1:]))"
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any in-process test that tries to reach a non-loopback address."""
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self: socket.socket, address: object) -> object:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]  # type: ignore[index]
+            if not ipaddress.ip_address(host).is_loopback:
+                raise AssertionError(f"test tried to contact {host}")
+        return real_connect(self, address)  # type: ignore[arg-type]
+
+    def getaddrinfo(host: object, *args: object, **kw: object) -> object:
+        if host not in ("127.0.0.1", "localhost", "::1", None):
+            raise AssertionError(f"test tried to resolve {host}")
+        return real_getaddrinfo(host, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+def test_guard_catches_the_real_cdn() -> None:
+    with pytest.raises(AssertionError, match="edge.urm.nvidia.com"):
+        probe_cdn(DEFAULT_CUBINS_REPOSITORY, 1.0)
+
+
+def site(tmp_path: Path, **versions: str) -> Path:
+    """A directory on sys.path holding dist-info metadata for the chosen versions."""
+    root = tmp_path / "site"
+    for name, version in versions.items():
+        dist = name.replace("_", "-")
+        info = root / f"{name}-{version}.dist-info"
+        info.mkdir(parents=True)
+        info.joinpath("METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
+        )
+    return root
+
+
+def tool(bindir: Path, name: str, body: str) -> None:
+    bindir.mkdir(parents=True, exist_ok=True)
+    (bindir / name).write_text("#!/bin/sh\n" + body)
+    (bindir / name).chmod(0o755)
+
+
+def cli(tmp_path: Path, *argv: str, pythonpath: Path | None = None) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), str(pythonpath or "")])),
+    }
+    env["FLASHINFER_WORKSPACE_BASE"] = str(tmp_path)
+    return subprocess.run(
+        [sys.executable, "-c", MAIN, *argv], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--timeout", "0"], "--timeout"),
+        (["--timeout", "abc"], "--timeout"),
+        (["--server-args", '"unterminated'], "--server-args"),
+        (["--gpu-source", "dcgm"], "--gpu-source"),
+        (["--no-such-flag"], "--no-such-flag"),
+    ],
+)
+def test_usage_errors_exit_2_naming_the_flag(tmp_path: Path, argv: list[str], flag: str) -> None:
+    proc = cli(tmp_path, *argv)
+    assert proc.returncode == 2
+    assert flag in proc.stderr
+
+
+def refused_url() -> str:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"http://127.0.0.1:{port}/"
+
+
+def test_json_schema_and_exit_1_when_air_gapped(tmp_path: Path) -> None:
+    libs = site(tmp_path, vllm="0.11.2", flashinfer_python="0.6.7", torch="2.9.0")
+    argv = [
+        "--gpu-source",
+        "none",
+        "--python",
+        sys.executable,
+        "--cdn-url",
+        refused_url(),
+        "--json",
+    ]
+    proc = cli(tmp_path, *argv, pythonpath=libs)
+    assert proc.returncode == 1, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == SCHEMA
+    assert set(doc) >= {"schema", "ok", "exit_code", "strict", "elapsed_s", "summary", "checks"}
+    assert doc["ok"] is False and doc["exit_code"] == 1
+    assert set(doc["summary"]) == {s.lower() for s in STATUSES}
+    for check in doc["checks"]:
+        assert set(check) == {"id", "status", "reason", "fixes", "details"}
+        assert check["status"] in STATUSES and check["reason"]
+    by_id = {c["id"]: c for c in doc["checks"]}
+    assert by_id["cubin_download"]["status"] == "FAIL"
+    assert by_id["gpus"]["status"] == "SKIP"
+    assert by_id["versions"]["details"]["packages"]["flashinfer-python"] == "0.6.7"
+
+
+def test_table_output_exit_0_with_prebuilt_kernels(tmp_path: Path) -> None:
+    libs = site(
+        tmp_path,
+        vllm="0.11.2",
+        flashinfer_python="0.6.16",
+        flashinfer_cubin="0.6.16",
+        flashinfer_jit_cache="0.6.16+cu130",
+    )
+    argv = ["--gpu-source", "none", "--python", sys.executable, "--cdn-url", refused_url()]
+    proc = cli(tmp_path, *argv, pythonpath=libs)
+    assert "STATUS" in proc.stdout and "cubin_package" in proc.stdout
+    failing = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
+    assert proc.returncode == (1 if failing else 0), proc.stdout
+
+
+# -- the GB300 case, in process with a fake GPU ------------------------------------------------
+
+
+def gb300_options(tmp_path: Path, argv: list[str]):  # noqa: ANN201
+    libs = site(
+        tmp_path,
+        vllm="0.11.2",
+        flashinfer_python="0.6.7",
+        flashinfer_cubin="0.6.7",
+        flashinfer_jit_cache="0.6.7+cu129",
+        torch="2.9.0",
+    )
+    bindir = tmp_path / "bin"
+    tool(bindir, "ninja", "echo 1.11.1\n")
+    tool(bindir, "nvcc", "echo 'Cuda compilation tools, release 12.9, V12.9.86'\n")
+    proc_root = tmp_path / "proc"
+    (proc_root / "self").mkdir(parents=True)
+    (proc_root / "self" / "status").write_text("CapEff:\t000001ffffffffff\n")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--python", sys.executable, "--cdn-url", refused_url(), *argv])
+    pyspy_dir = os.path.dirname(sys.executable)
+    environ = {
+        "PATH": f"{bindir}:{pyspy_dir}:/usr/bin:/bin",
+        "PYTHONPATH": str(libs),
+        "FLASHINFER_WORKSPACE_BASE": str(tmp_path),
+    }
+    opts = dataclasses.replace(
+        options_from_args(args),
+        environ=environ,
+        proc_root=proc_root,
+        cuda_default=tmp_path / "no-cuda",
+        systemd_root=tmp_path / "no-systemd",
+    )
+    return args, opts
+
+
+def gb300() -> FakeGpuBackend:
+    return FakeGpuBackend({0: [GpuSample(index=0, name="NVIDIA GB300", cc="10.3")]})
+
+
+def test_sm103_flashinfer_067_fails_then_passes_with_fallback_flag(tmp_path: Path) -> None:
+    args, opts = gb300_options(tmp_path / "a", ["--json"])
+    out = io.StringIO()
+    assert run(args, backend=gb300(), options=opts, out=out) == 1
+    by_id = {c["id"]: c for c in json.loads(out.getvalue())["checks"]}
+    bad = by_id["known_bad:sm103_flashinfer_067_trtllm_attention"]
+    assert bad["status"] == "FAIL" and len(bad["fixes"]) == 2
+
+    flag = "--attention-config.use_trtllm_attention=0 --tensor-parallel-size 1"
+    args, opts = gb300_options(tmp_path / "b", ["--json", f"--server-args={flag}"])
+    out = io.StringIO()
+    code = run(args, backend=gb300(), options=opts, out=out)
+    doc = json.loads(out.getvalue())
+    assert code == 0, [c for c in doc["checks"] if c["status"] == "FAIL"]
+    by_id = {c["id"]: c for c in doc["checks"]}
+    assert by_id["known_bad:sm103_flashinfer_067_trtllm_attention"]["status"] == "PASS"
+    assert by_id["nvcc"]["status"] == "PASS"  # the stand-in nvcc 12.9 can target sm_103a
+    assert by_id["cubin_download"]["status"] == "SKIP"  # flashinfer-cubin 0.6.7 ships them
+
+
+def test_strict_turns_warnings_into_exit_1(tmp_path: Path) -> None:
+    flag = "--attention-config.use_trtllm_attention=0"
+    args, opts = gb300_options(tmp_path, [f"--server-args={flag}", "--strict"])
+    opts = dataclasses.replace(
+        opts,
+        environ={
+            **opts.environ,
+            "PATH": opts.environ["PATH"].replace(os.path.dirname(sys.executable) + ":", ""),
+        },
+    )
+    out = io.StringIO()
+    code = run(args, backend=gb300(), options=opts, out=out)
+    text = out.getvalue()
+    warns = [line for line in text.splitlines() if line.startswith("WARN")]
+    assert warns and code == 1, text
+    assert "(strict)" in text

@@ -1,0 +1,75 @@
+"""Name signatures from log lines alone (pure): `replay` of a pasted or journald log.
+
+A signature is named when one of its decisive log rules matched, or when its log rules plus a
+stall visible in the log itself (a stats line with requests pending and zero throughput) reach
+its minimum confidence. GPU, stack and socket evidence is not in a log, so signatures that
+need it (e.g. `trtllm_attention_deadlock`) are never named from a log alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from watchdog.model import LogEvent
+from watchdog.signatures import Signature, SignatureSet
+
+
+@dataclass(frozen=True)
+class LogMatch:
+    """One signature named by a log, with the lines that matched."""
+
+    signature: Signature
+    confidence: float
+    decisive: bool
+    lines: tuple[str, ...]
+    stall: str | None
+
+
+def log_stall(events: Sequence[LogEvent]) -> str | None:
+    """The stall a log shows on its own: the last stats line pending with zero throughput."""
+    stats = [e for e in events if e.kind == "stats"]
+    if not stats:
+        return None
+    f = stats[-1].fields
+    pending = float(f.get("running") or 0) + float(f.get("waiting") or 0)
+    moving = float(f.get("prompt_tps") or 0) + float(f.get("gen_tps") or 0)
+    if pending > 0 and moving == 0:
+        return f"last stats line shows {pending:.0f} request(s) pending and zero throughput"
+    return None
+
+
+def name_signatures(
+    events: Iterable[LogEvent], sigs: SignatureSet, max_lines: int = 5
+) -> list[LogMatch]:
+    """Every signature the log identifies, best first."""
+    events = list(events)
+    stall = log_stall(events)
+    found: list[LogMatch] = []
+    for sig in sigs.signatures:
+        m = _match(sig, events, stall, max_lines)
+        if m is not None:
+            found.append(m)
+    return sorted(found, key=lambda m: (m.signature.priority, m.confidence), reverse=True)
+
+
+def _match(
+    sig: Signature, events: list[LogEvent], stall: str | None, max_lines: int
+) -> LogMatch | None:
+    conf, decisive, lines = 0.0, False, []
+    any_log = False
+    for rule in sig.evidence:
+        if rule.kind == "no_progress" and stall:
+            conf += rule.weight
+            continue
+        if rule.kind != "log" or rule.pattern is None:
+            continue
+        hits = [e.line for e in events if rule.pattern.search(e.line)]
+        if hits:
+            any_log = True
+            conf += rule.weight
+            decisive = decisive or rule.decisive
+            lines.extend(h for h in hits if h not in lines)
+    if not any_log or not (decisive or conf + 1e-9 >= sig.min_confidence):
+        return None
+    return LogMatch(sig, round(min(conf, 1.0), 3), decisive, tuple(lines[:max_lines]), stall)

@@ -1,0 +1,188 @@
+"""`hang-watchdog replay`: re-classify a recorded incident, a timeline, or a plain server log.
+
+Rule authors test a new signature against past incidents; postmortems re-run with today's
+knowledge. Exit 1 if the verdict is a hang, 0 if not, 2 if the input cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from watchdog.classify import Thresholds, classify
+from watchdog.emit import format_verdict
+from watchdog.logverdict import name_signatures
+from watchdog.model import Verdict, to_dict
+from watchdog.signatures import SignatureError, SignatureSet, load_signatures
+from watchdog.sources.logparse import LineSplitter, clean_line, parse_line
+from watchdog.window import Window
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "input",
+        metavar="BUNDLE_OR_TIMELINE_OR_LOG",
+        help="incident directory, timeline.jsonl, a log file, or - for stdin",
+    )
+    p.add_argument(
+        "--signatures",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="operator signature file (repeatable)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        sigs = load_signatures(args.signatures)
+    except SignatureError as exc:
+        print(f"hang-watchdog replay: {exc}", file=sys.stderr)
+        return 2
+    path = args.input
+    try:
+        if path != "-" and Path(path).is_dir():
+            return _bundle(Path(path), sigs, args.json)
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except (OSError, ValueError) as exc:
+        print(f"hang-watchdog replay: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    if _looks_like_timeline(data):
+        try:
+            return _timeline(Path(path), sigs, args.json, recorded=None, thresholds=Thresholds())
+        except ValueError as exc:
+            print(f"hang-watchdog replay: {path}: {exc}", file=sys.stderr)
+            return 2
+    return _plain_log(data, sigs, args.json)
+
+
+def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Thresholds) -> Verdict:
+    """Rebuild the window from recorded observations and classify it."""
+    window = Window(span_s=float("inf"), max_len=max(len(observations), 1))
+    for obs in observations:
+        window.append(obs)
+    return classify(window, sigs, thresholds)
+
+
+def _bundle(root: Path, sigs: SignatureSet, as_json: bool) -> int:
+    from watchdog.actions.incident import load_incident
+
+    try:
+        incident = load_incident(root)
+    except (OSError, ValueError) as exc:
+        print(f"hang-watchdog replay: {root}: {exc}", file=sys.stderr)
+        return 2
+    env = incident.get("environment") or {}
+    th = _thresholds(env.get("watchdog", {}).get("thresholds") if isinstance(env, dict) else None)
+    try:
+        return _timeline(root / "timeline.jsonl", sigs, as_json, incident.get("verdict"), th)
+    except (OSError, ValueError) as exc:
+        print(f"hang-watchdog replay: {root / 'timeline.jsonl'}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _thresholds(raw: Any) -> Thresholds:
+    if not isinstance(raw, dict):
+        return Thresholds()
+    known = {k: float(v) for k, v in raw.items() if k in Thresholds.__dataclass_fields__}
+    return Thresholds(**known)
+
+
+def _timeline(
+    path: Path, sigs: SignatureSet, as_json: bool, recorded: Any, thresholds: Thresholds
+) -> int:
+    from watchdog.timeline import read_timeline
+
+    observations = read_timeline(path)
+    if not observations:
+        raise ValueError("the timeline holds no observations")
+    verdict = reclassify(observations, sigs, thresholds)
+    changes = _changes(recorded, verdict) if isinstance(recorded, dict) else []
+    if as_json:
+        print(
+            json.dumps(
+                {"verdict": to_dict(verdict), "recorded": recorded, "changes": changes}, indent=2
+            )
+        )
+    else:
+        print(format_verdict(verdict))
+        if recorded is not None:
+            print(
+                "compared with the recorded verdict: "
+                + ("; ".join(changes) if changes else "no change")
+            )
+    return 1 if verdict.is_hang else 0
+
+
+def _changes(old: dict[str, Any], new: Verdict) -> list[str]:
+    out = []
+    for key in ("state", "signature"):
+        if old.get(key) != getattr(new, key):
+            out.append(f"{key}: {old.get(key)} -> {getattr(new, key)}")
+    if abs(float(old.get("confidence") or 0) - new.confidence) > 1e-6:
+        out.append(f"confidence: {old.get('confidence')} -> {new.confidence}")
+    before = {e.get("detail") for e in old.get("evidence") or [] if isinstance(e, dict)}
+    after = {e.detail for e in new.evidence}
+    out += [f"+ evidence: {d}" for d in sorted(after - before)]
+    out += [f"- evidence: {d}" for d in sorted(before - after, key=str)]
+    return out
+
+
+def _looks_like_timeline(data: bytes) -> bool:
+    first = data.lstrip()[:1]
+    if first != b"{":
+        return False
+    try:
+        obj = json.loads(io.BytesIO(data).readline())
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and "t" in obj and "wall" in obj
+
+
+def _plain_log(data: bytes, sigs: SignatureSet, as_json: bool) -> int:
+    keep = sigs.log_keep_pattern()
+    splitter = LineSplitter()
+    lines = splitter.feed(data) + [x for x in [splitter.flush()] if x]
+    events = [
+        ev
+        for ev in (parse_line(clean_line(raw), "replay", keep) for raw in lines)
+        if ev is not None
+    ]
+    matches = name_signatures(events, sigs)
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "signature": m.signature.id,
+                        "confidence": m.confidence,
+                        "decisive": m.decisive,
+                        "lines": m.lines,
+                        "stall": m.stall,
+                    }
+                    for m in matches
+                ],
+                indent=2,
+            )
+        )
+    elif not matches:
+        print(
+            f"no hang signature found in {len(lines)} log lines "
+            "(log evidence alone; GPU and stack evidence need the live watchdog)"
+        )
+    else:
+        for m in matches:
+            s = m.signature
+            decisive = ", decisive line" if m.decisive else ""
+            print(f"{s.id} (confidence {m.confidence:.2f}{decisive}): {s.title}")
+            if m.stall:
+                print(f"  stall: {m.stall}")
+            for line in m.lines:
+                print(f"  matched: {line[:300]}")
+            print(f"  fix: {s.fix}")
+    return 1 if matches else 0
