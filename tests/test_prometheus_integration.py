@@ -7,6 +7,7 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.simfixtures import cdn_factory, sim_env, sim_factory  # noqa: F401 (fixtures)
 from watchdog.export import MetricsServer, MetricsSink
 from watchdog.model import Connection, GpuSample, Observation, Verdict
 
@@ -223,3 +225,68 @@ def test_dashboard_grafana_queries_and_hung_alert(fed_prometheus: tuple[Promethe
     )
     names = {a["labels"]["alertname"] for a in prom.alerts()}
     assert names == {"InferenceServerHung", "InferenceCubinDownloadStall"}
+
+
+class Watchdog:
+    """`python -m watchdog run` against one simulated vLLM, serving metrics on loopback."""
+
+    def __init__(self, tmp: Path, sim: Any, cdn_port: int, name: str) -> None:
+        self.target = f"127.0.0.1:{free_port()}"
+        self.log = (tmp / f"watchdog-{name}.log").open("w")
+        argv = [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid)]
+        argv += ["--gpu-source", f"file:{sim.gpu_file}", "--log-file", str(sim.log_file)]
+        argv += ["--vllm-url", f"http://127.0.0.1:{sim.port}"]
+        argv += ["--cdn-host", f"127.0.0.1:{cdn_port}", "--metrics-addr", self.target]
+        argv += ["--incident-dir", str(tmp / f"incidents-{name}")]
+        self.proc = subprocess.Popen(
+            argv, stdout=self.log, stderr=subprocess.STDOUT, env=sim_env(), cwd=tmp
+        )
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.log.close()
+
+
+def test_real_watchdog_hung_sim_fires_and_healthy_sim_does_not(
+    tmp_path: Path,
+    sim_factory: Callable[..., Any],  # noqa: F811 (pytest fixture from simfixtures)
+    cdn_factory: Callable[[str], int],  # noqa: F811
+):
+    """One Prometheus scrapes two real watchdogs: one on a download stall, one on a healthy sim."""
+    cdn_port = cdn_factory("blackhole")
+    cdn_url = ["--cdn-url", f"http://127.0.0.1:{cdn_port}/"]
+    hung_sim = sim_factory("cubin_download_stall", mode="serve", extra_args=cdn_url)
+    healthy_sim = sim_factory("healthy", mode="serve", extra_args=cdn_url)
+    hung = Watchdog(tmp_path, hung_sim, cdn_port, "hung")
+    healthy = Watchdog(tmp_path, healthy_sim, cdn_port, "healthy")
+    prom = Prometheus(tmp_path, [hung.target, healthy.target])
+    try:
+        wait_for(
+            lambda: bool(
+                firing(
+                    prom,
+                    "InferenceServerHung",
+                    instance=hung.target,
+                    signature="cubin_download_stall",
+                )
+            ),
+            150,
+            f"InferenceServerHung{{signature=cubin_download_stall}} (see {hung.log.name})",
+        )
+        # The healthy watchdog ran as long as the hung one, well past every hang rule's for:.
+        assert prom.query(
+            f'hang_watchdog_state{{instance="{healthy.target}",state="serving"}} == 1'
+        )
+        noisy = [
+            a["labels"] for a in prom.alerts() if a["labels"].get("instance") == healthy.target
+        ]
+        assert noisy == [], f"alerts on the healthy sim: {noisy}"
+    finally:
+        prom.stop()
+        hung.stop()
+        healthy.stop()
