@@ -31,7 +31,11 @@ def config_section() -> str:
     ]
     for f in dataclasses.fields(Config):
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        flag = "(config file)" if f.name in NO_FLAG else FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        flag = (
+            "(config file)"
+            if f.name in NO_FLAG
+            else FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        )
         if f.name == "command":
             flag = "`run -- COMMAND ...`"
         else:
@@ -53,6 +57,10 @@ def build() -> str:
 if __name__ == "__main__":
     text = build()
     if "--check" in sys.argv:
-        current = (ROOT / "README.md").read_text(encoding="utf-8") if (ROOT / "README.md").exists() else ""
+        current = (
+            (ROOT / "README.md").read_text(encoding="utf-8")
+            if (ROOT / "README.md").exists()
+            else ""
+        )
         sys.exit(0 if current == text else 1)
     (ROOT / "README.md").write_text(text, encoding="utf-8")

@@ -62,7 +62,9 @@ def gpu(
 ) -> GpuSample:
     """One GPU sample; defaults to an idle H100 with one compute process."""
     pids = (SERVER_PID,) * (procs or 0)
-    return GpuSample(index, f"GPU-{index:04d}", name, cc, sm, dram, 300.0, 1980.0, procs, pids, "gpm")
+    return GpuSample(
+        index, f"GPU-{index:04d}", name, cc, sm, dram, 300.0, 1980.0, procs, pids, "gpm"
+    )
 
 
 def spin(cc: str = "9.0", procs: int | None = 1) -> GpuSample:
@@ -91,7 +93,9 @@ def cdn_socket(age_s: float, pid: int = SERVER_PID + 1) -> Connection:
     return Connection(pid, CDN_HOST, "203.0.113.7", 443, "SYN_SENT", age_s)
 
 
-def stack(*frames: tuple[str, str], unchanged: bool = True, pid: int = SERVER_PID + 1) -> StackSample:
+def stack(
+    *frames: tuple[str, str], unchanged: bool = True, pid: int = SERVER_PID + 1
+) -> StackSample:
     """One process's stack: `frames` are (function, file) pairs, innermost first."""
     fr = tuple(Frame(name, path, 10 + i) for i, (name, path) in enumerate(frames))
     thread = ThreadStack(1, "MainThread", fr, active=True, unchanged=unchanged)
@@ -180,3 +184,42 @@ def final(obs: Iterable[Observation], sigs: SignatureSet, th: Thresholds | None 
 def first_hang(pairs: Sequence[tuple[Observation, Verdict]]) -> tuple[Observation, Verdict] | None:
     """The first tick whose verdict is a hang, or None."""
     return next(((o, v) for o, v in pairs if v.is_hang), None)
+
+
+FROZEN_BAR_LOG = "logs/g_vllm16301_offline_startup_then_stuck_0pct.log"  # ends on a 0/1 bar
+
+
+def frozen_bar(
+    tl: Timeline,
+    seconds: int,
+    *,
+    cdn: bool = False,
+    stacks: tuple[StackSample, ...] = (),
+    stacks_after: int = 8,
+    first_logs: tuple[LogEvent, ...] = (),
+) -> float:
+    """vLLM's `Processed prompts: 0%` bar (real log), then `seconds` ticks with no progress.
+
+    Returns the onset time (the tick the bar froze). `cdn` adds a CDN socket aged from the
+    onset; `stacks` arrive from `stacks_after` s on, as the daemon takes them once suspicious.
+    """
+    onset = tl.now
+    bar = events(sample_lines(FROZEN_BAR_LOG))
+    for i in range(seconds):
+        tl.tick(
+            logs=(bar + first_logs) if i == 0 else (),
+            conns=(cdn_socket(float(i)),) if cdn else (),
+            stacks=stacks if i >= stacks_after else (),
+        )
+    return onset
+
+
+def sources(v: Verdict) -> set[str]:
+    """The sources the verdict's evidence names."""
+    return {e.source for e in v.evidence}
+
+
+def assert_never_hung(pairs: Sequence[tuple[Observation, Verdict]]) -> None:
+    """No tick was reported as a hang (or a dead server)."""
+    hung = [(o.t, v.signature) for o, v in pairs if v.is_hang or v.state in ("hung", "dead")]
+    assert not hung, f"false hang verdicts: {hung[:3]}"

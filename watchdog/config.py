@@ -77,7 +77,9 @@ class Config:
     state_dir: str = _f("/var/lib/hang-watchdog", "remediation counters and the active fallback")
     # stacks
     stacks: bool = _f(True, "take py-spy stacks when the server looks stuck")
-    pyspy: str | None = _f(None, "py-spy executable (default: found on PATH)")
+    pyspy: str | None = _f(
+        None, "py-spy executable (default: beside the watchdog's Python, then on PATH)"
+    )
     stack_native: bool = _f(True, "py-spy --native")
     stack_locals: bool = _f(False, "py-spy --locals: off by default, locals can hold user prompts")
     stack_deadline_s: float = _f(10.0, "hard deadline of each py-spy dump", lo=0.5)

@@ -24,7 +24,11 @@ from watchdog.emit import Emitter, format_verdict
 # scenario -> (simulator mode, extra simulator args, expected signature or None for "no hang")
 SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
     "cubin_download_stall": ("bench", [], "cubin_download_stall"),
-    "kernel_deadlock": ("bench", ["--fake-versions", "flashinfer-python=0.6.7"], "trtllm_attention_deadlock"),
+    "kernel_deadlock": (
+        "bench",
+        ["--fake-versions", "flashinfer-python=0.6.7"],
+        "trtllm_attention_deadlock",
+    ),
     "healthy": ("serve", [], None),
     "slow_loading": ("serve", ["--shard-s", "4", "--shards", "8"], None),
     "engine_dead": ("serve", ["--die-after-s", "4"], "engine_dead"),
@@ -33,9 +37,16 @@ SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="cubin_download_stall")
-    p.add_argument("--workdir", metavar="DIR", help="keep the simulator's files and the incident here")
+    p.add_argument(
+        "--workdir", metavar="DIR", help="keep the simulator's files and the incident here"
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
-    p.add_argument("--watch-s", type=float, default=25.0, help="how long to watch a scenario that should not hang")
+    p.add_argument(
+        "--watch-s",
+        type=float,
+        default=25.0,
+        help="how long to watch a scenario that should not hang",
+    )
 
 
 @dataclass
@@ -47,7 +58,9 @@ class _Sim:
 
 
 def run(args: argparse.Namespace) -> int:
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="hang-watchdog-demo-"))
+    work = (
+        Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="hang-watchdog-demo-"))
+    )
     work.mkdir(parents=True, exist_ok=True)
     mode, extra, expected = SCENARIOS[args.scenario]
     from watchdog.sim.cdn import start_cdn
@@ -56,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
     say(f"[demo] stand-in kernel CDN (accepts, never answers) on 127.0.0.1:{cdn_port}")
     sim = _start_sim(work, args.scenario, mode, extra, cdn_port)
     try:
-        say(f"[demo] simulated vLLM ({mode} mode, scenario {args.scenario}) pid {sim.proc.pid}; files in {work}")
+        say(
+            f"[demo] simulated vLLM ({mode} mode, scenario {args.scenario}) "
+            f"pid {sim.proc.pid}; files in {work}"
+        )
         verdict, built = _watch(sim, work, cdn_port, expected, args)
     finally:
         _stop(sim.proc)
@@ -74,7 +90,12 @@ def _start_sim(work: Path, scenario: str, mode: str, extra: list[str], cdn_port:
     log_file, gpu_file = work / "vllm.log", work / "gpu.jsonl"
     argv = [sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario", scenario, "--mode", mode]
     argv += ["--gpu-file", str(gpu_file), "--log-file", str(log_file), "--port", "0"]
-    argv += ["--port-file", str(port_file), "--cdn-url", f"http://127.0.0.1:{cdn_port}/artifactory/"]
+    argv += [
+        "--port-file",
+        str(port_file),
+        "--cdn-url",
+        f"http://127.0.0.1:{cdn_port}/artifactory/",
+    ]
     argv += ["--workdir", str(work / "sim"), *extra]
     with open(work / "sim.stdout", "wb") as out, open(work / "sim.stderr", "wb") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True)
@@ -88,7 +109,9 @@ def _start_sim(work: Path, scenario: str, mode: str, extra: list[str], cdn_port:
     return _Sim(proc, log_file, gpu_file, port)
 
 
-def _watch(sim: _Sim, work: Path, cdn_port: int, expected: str | None, args: argparse.Namespace) -> tuple[Any, Any]:
+def _watch(
+    sim: _Sim, work: Path, cdn_port: int, expected: str | None, args: argparse.Namespace
+) -> tuple[Any, Any]:
     from watchdog.wiring import build
 
     values: dict[str, Any] = {
@@ -127,7 +150,10 @@ def _report(verdict: Any, built: Any, expected: str | None, work: Path) -> int:
     incidents = list(built.episodes.incidents) if built.episodes is not None else []
     if expected is None:
         ok = not verdict.is_hang and verdict.state not in ("stalled", "hung")
-        say(f"[demo] final state: {verdict.state} ({verdict.reason}); no hang reported: {'yes' if ok else 'NO'}")
+        say(
+            f"[demo] final state: {verdict.state} ({verdict.reason}); "
+            f"no hang reported: {'yes' if ok else 'NO'}"
+        )
         return 0 if ok else 1
     say("=" * 72)
     say(format_verdict(verdict))
@@ -136,7 +162,10 @@ def _report(verdict: Any, built: Any, expected: str | None, work: Path) -> int:
         say(f"[demo] incident bundle: {path}")
         say(f"[demo]   {', '.join(sorted(p.name for p in Path(path).iterdir()))}")
     if verdict.fallback:
-        say(f"[demo] with --remediate, the watchdog would restart the server with: {_plan(built, verdict)}")
+        say(
+            "[demo] with --remediate, the watchdog would restart the server with: "
+            f"{_plan(built, verdict)}"
+        )
     ok = verdict.signature == expected and bool(incidents)
     if not ok:
         say(f"[demo] expected {expected}, got {verdict.signature or verdict.state}")

@@ -205,7 +205,7 @@ def _parse(text: str, origin: str) -> SignatureSet:
     if dupes:
         raise SignatureError(f"{origin}: duplicate signature id(s): {', '.join(dupes)}")
     bad = [
-        _known_bad(e, f"{origin}: known_bad[{i}]")
+        _known_bad(e, f"{origin}: known_bad[{i}]", origin)
         for i, e in enumerate(_list(doc, "known_bad", origin))
     ]
     benign = tuple(
@@ -348,10 +348,10 @@ def _rule(r: Any, where: str) -> Rule:
     )
 
 
-def _known_bad(e: Any, where: str) -> KnownBad:
+def _known_bad(e: Any, where: str, origin: str) -> KnownBad:
     if not isinstance(e, dict) or not isinstance(e.get("id"), str):
         raise SignatureError(f"{where}: key 'id': each known_bad entry needs a string id")
-    where = f"{where.split(':')[0]}: known_bad '{e['id']}'"
+    where = f"{origin}: known_bad '{e['id']}'"
     keys = {
         "id",
         "severity",
@@ -415,7 +415,8 @@ def _get(table: Mapping[str, Any], key: str, tp: Any, where: str, default: Any) 
     if key not in table:
         return default
     value = table[key]
-    if tp is int and isinstance(value, bool) or not isinstance(value, tp):
+    accepts_bool = tp is bool or (isinstance(tp, tuple) and bool in tp)
+    if (isinstance(value, bool) and not accepts_bool) or not isinstance(value, tp):
         name = tp.__name__ if isinstance(tp, type) else "number"
         raise SignatureError(f"{where}: key '{key}': expected {name}, got {value!r}")
     return value

@@ -69,6 +69,7 @@ class Window:
         if obs.procs is not None and (obs.procs.restarted or obs.procs.target_pid != p.target_pid):
             if p.target_pid is not None:
                 self._rebaseline(obs.t)
+                p = self.progress
             p.target_pid = obs.procs.target_pid
         p.facts.update({k: v for k, v in obs.facts.items() if v is not None})
         for ev in obs.logs:

@@ -6,16 +6,12 @@ runtime classifier, so adding knowledge happens in one place.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
-
-_TRUE = {"1", "true", "yes", "on"}
-_FLAG = "--attention-config.use_trtllm_attention"
-_GROUP = "--attention-config"
+from watchdog.sources.facts import trtllm_attention
 
 
 class KnownBadLike(Protocol):
@@ -32,47 +28,10 @@ class KnownBadLike(Protocol):
     references: tuple[str, ...]
 
 
-def _bool(value: str) -> bool:
-    return value.strip().lower() in _TRUE
-
-
-def _trtllm_from_args(argv: Sequence[str]) -> bool | None:
-    """The last `--attention-config.use_trtllm_attention` (or JSON `--attention-config`) wins."""
-    found: bool | None = None
-    for i, tok in enumerate(argv):
-        name, eq, value = tok.partition("=")
-        if not eq and i + 1 < len(argv):
-            value = argv[i + 1]
-        if name == _FLAG and (eq or i + 1 < len(argv)):
-            found = _bool(value)
-        elif name == _GROUP and (eq or i + 1 < len(argv)):
-            try:
-                group = json.loads(value)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(group, dict) and group.get("use_trtllm_attention") is not None:
-                found = bool(group["use_trtllm_attention"])
-    return found
-
-
 def trtllm_setting(argv: Sequence[str], environ: Mapping[str, str]) -> bool | None:
-    """Whether the server forces TRTLLM attention on (True), off (False) or auto-detects (None).
-
-    Uses `watchdog.sources.facts.trtllm_setting` when present (one parser for the whole tool);
-    otherwise this small parser: `--attention-config.use_trtllm_attention=0|1` (vLLM PR #26315)
-    beats the legacy env `VLLM_USE_TRTLLM_ATTENTION` (unset: auto; "1"/"true": on; else off).
-    """
-    try:
-        from watchdog.sources.facts import trtllm_setting as shared
-    except ImportError:
-        shared = None
-    if shared is not None:
-        return shared(argv, environ)
-    from_args = _trtllm_from_args(argv)
-    if from_args is not None:
-        return from_args
-    legacy = environ.get("VLLM_USE_TRTLLM_ATTENTION")
-    return None if legacy is None else _bool(legacy)
+    """Whether the server forces TRTLLM attention on (True), off (False) or auto-detects (None);
+    the same parser the runtime uses on the live server's command line."""
+    return trtllm_attention(argv, environ)
 
 
 def check_versions(

@@ -1,0 +1,157 @@
+"""Config: defaults, TOML overrides, flags over TOML, and errors that name the key (exit 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from watchdog.classify import Thresholds
+from watchdog.cli import build_parser, config_from_args
+from watchdog.config import KEYS, Config, ConfigError, build_config, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "watchdog.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults() -> None:
+    cfg = load_config(None)
+    assert cfg == Config()
+    assert cfg.metrics_addr == "127.0.0.1:9433"
+    assert (cfg.tick_s, cfg.stall_after_s, cfg.gpu_spin_for_s) == (1.0, 15.0, 10.0)
+    assert cfg.remediate is False and cfg.stack_locals is False  # off unless the operator opts in
+    assert cfg.gpu_source == "nvml" and cfg.log_files == []
+    th = Thresholds.from_config(cfg)
+    assert th == Thresholds()  # the classifier's defaults are the config's defaults
+
+
+def test_every_key_has_a_default_and_help() -> None:
+    cfg = Config()
+    for name, f in KEYS.items():
+        assert f.metadata["help"], name
+        getattr(cfg, name)
+
+
+def test_toml_overrides_defaults(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path,
+        'stall_after_s = 30\ngpu_source = "file:/run/gpu.jsonl"\n'
+        'log_files = ["/var/log/vllm.log"]\nstacks = false\nmax_incidents = 7\n'
+        'fallback_overrides = { gpu_kernel_spin = "none" }\n',
+    )
+    cfg = load_config(path)
+    assert cfg.stall_after_s == 30.0 and isinstance(cfg.stall_after_s, float)
+    assert cfg.gpu_source == "file:/run/gpu.jsonl"
+    assert cfg.log_files == ["/var/log/vllm.log"]
+    assert cfg.stacks is False and cfg.max_incidents == 7
+    assert cfg.fallback_overrides == {"gpu_kernel_spin": "none"}
+    assert cfg.tick_s == 1.0  # untouched keys keep their defaults
+
+
+def test_flags_override_toml(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'stall_after_s = 30\nlog_format = "json"\nstacks = true\n')
+    cfg = load_config(
+        path, {"stall_after_s": 20.0, "stacks": False, "log_format": None, "log_files": []}
+    )
+    assert cfg.stall_after_s == 20.0 and cfg.stacks is False
+    assert cfg.log_format == "json"  # None means "flag not given"
+
+
+def test_command_line_flags_override_toml(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'stall_after_s = 30\nmetrics_addr = "127.0.0.1:9500"\nstacks = true\n')
+    args = build_parser().parse_args(
+        [
+            "run",
+            "--config",
+            str(path),
+            "--stall-after-s",
+            "25",
+            "--no-stacks",
+            "--log-file",
+            "a.log",
+        ]
+    )
+    cfg = config_from_args(args)
+    assert cfg.stall_after_s == 25.0 and cfg.stacks is False and cfg.log_files == ["a.log"]
+    assert cfg.metrics_addr == "127.0.0.1:9500"
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'stall_afer_s'") as info:
+        load_config(_toml(tmp_path, "stall_afer_s = 5\n"))
+    assert str(tmp_path / "watchdog.toml") in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "key"),
+    [
+        ({"stall_after_s": "soon"}, "stall_after_s"),
+        ({"max_incidents": 2.5}, "max_incidents"),
+        ({"max_incidents": True}, "max_incidents"),
+        ({"stacks": "yes"}, "stacks"),
+        ({"log_files": [1, 2]}, "log_files"),
+        ({"fallback_overrides": {"x": 1}}, "fallback_overrides"),
+        ({"metrics_addr": 9433}, "metrics_addr"),
+        ({"tick_s": 0.0}, "tick_s"),
+        ({"stall_after_s": 0.5}, "stall_after_s"),
+        ({"max_restarts": -1}, "max_restarts"),
+        ({"gpu_spin_sm": 1.5}, "gpu_spin_sm"),
+        ({"gpu_spin_dram": 2}, "gpu_spin_dram"),
+        ({"remediate_min_confidence": 1.01}, "remediate_min_confidence"),
+        ({"log_format": "xml"}, "log_format"),
+        ({"restarter": "reboot"}, "restarter"),
+        ({"gpu_source": "rocm"}, "gpu_source"),
+        ({"gpu_source": "dcgm"}, "gpu_source"),
+        ({"suspect_after_s": 20.0}, "suspect_after_s"),
+    ],
+    ids=lambda v: str(v) if isinstance(v, str) else "-".join(f"{k}={v[k]}" for k in v),
+)
+def test_bad_values_name_the_key(values: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config(values, origin="site.toml")
+    msg = str(info.value)
+    assert msg.startswith("site.toml: ") and f"'{key}'" in msg
+
+
+def test_good_gpu_sources_are_accepted() -> None:
+    for src in ("nvml", "none", "dcgm:http://127.0.0.1:9400/metrics", "file:/run/gpu.jsonl"):
+        assert build_config({"gpu_source": src}).gpu_source == src
+
+
+def test_bad_toml_names_the_file(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "stall_after_s = \n")
+    with pytest.raises(ConfigError, match="not valid TOML") as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_unknown_key_exits_2_through_the_cli(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'vllm_url = "http://127.0.0.1:8000"\nstall_afer_s = 5\n')
+    proc = _run("run", "--config", str(path))
+    assert proc.returncode == 2
+    assert "stall_afer_s" in proc.stderr and str(path) in proc.stderr
+
+
+def test_bad_flag_value_exits_2_through_the_cli(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'vllm_url = "http://127.0.0.1:8000"\n')
+    proc = _run("run", "--config", str(path), "--gpu-spin-sm", "1.5")
+    assert proc.returncode == 2
+    assert "gpu_spin_sm" in proc.stderr

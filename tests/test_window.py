@@ -1,0 +1,133 @@
+"""The Window: progress facts built from observations, restarts, counters, bars and eviction."""
+
+from __future__ import annotations
+
+from tests.obsbuilder import Timeline, events, procs, sample_lines, window_of
+from watchdog.model import VllmSample
+from watchdog.window import Window
+
+
+def _metrics(iterations: float, running: float = 1.0) -> VllmSample:
+    return VllmSample(
+        up=True, health_status=200, iterations=iterations, running=running, waiting=0.0
+    )
+
+
+def test_restart_rebaselines_progress() -> None:
+    tl = Timeline(procs=procs(100), facts={"flashinfer-python": "0.6.7", "gpu_cc": "10.3"})
+    tl.tick(logs=events(sample_lines("logs/g_vllm16301_offline_startup_then_stuck_0pct.log")))
+    tl.ticks(20)
+    w = window_of(tl.obs)
+    assert w.progress.phase == "ready" and w.progress.pending
+    assert w.progress.bars == {"Processed prompts": (0, 1)}
+    restart_t = tl.now
+    w.append(tl.tick(procs=procs(200, restarted=True), facts={}))
+    p = w.progress
+    assert (p.phase, p.pending, p.bars) == ("starting", False, {})
+    assert p.last_progress_t == restart_t and p.last_progress_what == "server restarted"
+    assert p.facts == {"gpu_cc": "10.3"}  # the hardware outlives a restart, the packages may not
+
+
+def test_new_target_pid_without_flag_also_rebaselines() -> None:
+    tl = Timeline(procs=procs(100), vllm=_metrics(50.0))
+    tl.ticks(3)
+    w = window_of(tl.obs)
+    assert w.progress.counters["iterations"] == 50.0
+    w.append(tl.tick(procs=procs(300), vllm=None))
+    assert w.progress.counters == {}
+    assert w.progress.last_progress_what == "server restarted"
+
+
+def test_restart_tick_keeps_the_new_pid_and_its_facts() -> None:
+    tl = Timeline(procs=procs(100), facts={"flashinfer-python": "0.6.7"})
+    tl.ticks(3)
+    w = window_of(tl.obs)
+    w.append(tl.tick(procs=procs(200, restarted=True), facts={"flashinfer-python": "0.6.7.post2"}))
+    assert w.progress.target_pid == 200
+    assert w.progress.facts.get("flashinfer-python") == "0.6.7.post2"
+
+
+def test_counters_that_drop_after_a_restart_are_a_new_baseline() -> None:
+    tl = Timeline(procs=procs(100))
+    for i in range(5):
+        tl.tick(vllm=_metrics(500.0 + i))
+    w = window_of(tl.obs)
+    before = w.progress.last_progress_t
+    assert before == tl.obs[-1].t
+    w.append(tl.tick(procs=procs(200, restarted=True), vllm=_metrics(3.0)))
+    assert w.progress.counters["iterations"] == 3.0
+    w.append(tl.tick(procs=procs(200), vllm=_metrics(3.0)))
+    stuck_t = w.progress.last_progress_t
+    w.append(tl.tick(procs=procs(200), vllm=_metrics(4.0)))
+    assert w.progress.last_progress_t == tl.obs[-1].t > stuck_t
+    assert w.progress.last_progress_what == "vllm iterations advanced"
+
+
+def test_counter_drop_without_restart_does_not_count_as_progress() -> None:
+    tl = Timeline(procs=procs(100))
+    tl.tick(vllm=_metrics(500.0))
+    tl.tick(vllm=_metrics(500.0))
+    w = window_of(tl.obs)
+    last = w.progress.last_progress_t
+    w.append(tl.tick(vllm=_metrics(10.0)))
+    assert w.progress.last_progress_t == last
+    assert w.progress.counters["iterations"] == 10.0
+    w.append(tl.tick(vllm=_metrics(11.0)))
+    assert w.progress.last_progress_t == tl.obs[-1].t
+
+
+def test_tqdm_bar_n_over_total_is_tracked() -> None:
+    tl = Timeline(procs=procs())
+    bars = [e for e in events(sample_lines("logs/g_vllm16050_processed_prompts_slowing.log"))]
+    progress = [e for e in bars if e.kind == "progress"]
+    assert len(progress) >= 3, "the sample should hold several Processed prompts redraws"
+    w = Window()
+    for ev in progress:
+        w.append(tl.tick(logs=(ev,)))
+        n, total = int(ev.fields["n"]), int(ev.fields["total"])
+        desc = ev.fields["desc"]
+        assert w.progress.bars[desc] == (n, total)
+        assert w.progress.bar_desc == desc
+        assert w.progress.ratio == n / total
+        assert w.progress.pending == (n < total)
+    # a redraw with the same n is not progress
+    last = w.progress.last_progress_t
+    w.append(tl.tick(logs=(progress[-1],)))
+    assert w.progress.last_progress_t == last
+
+
+def test_weight_shard_bar_sets_the_loading_phase() -> None:
+    tl = Timeline()
+    loading = [e for e in events(sample_lines("logs/h_vllm44985_safetensors_weight_loading.log"))]
+    w = Window()
+    w.append(tl.tick(logs=(loading[0],)))
+    assert w.progress.phase == "loading" and not w.progress.pending
+
+
+def test_eviction_by_span() -> None:
+    tl = Timeline(step=1.0)
+    tl.ticks(100)
+    w = window_of(tl.obs, span_s=30.0)
+    kept = list(w)
+    assert len(w) == 31
+    assert kept[0].t == tl.obs[-1].t - 30.0 and kept[-1] is tl.obs[-1]
+    assert w.since(tl.obs[-1].t - 5.0) == tl.obs[-6:]
+
+
+def test_eviction_by_max_len() -> None:
+    tl = Timeline(step=0.1)
+    tl.ticks(50)
+    w = Window(span_s=600.0, max_len=20)
+    for o in tl.obs:
+        w.append(o)
+    assert len(w) == 20 and w.latest is tl.obs[-1]
+
+
+def test_progress_facts_survive_eviction() -> None:
+    tl = Timeline(procs=procs())
+    tl.tick(logs=events(sample_lines("logs/g_vllm16301_offline_startup_then_stuck_0pct.log")))
+    tl.ticks(100)
+    w = window_of(tl.obs, span_s=30.0)
+    assert len(w) == 31
+    assert w.progress.pending and w.progress.pending_since == tl.obs[0].t
+    assert w.progress.bars == {"Processed prompts": (0, 1)}

@@ -1,0 +1,70 @@
+"""summary.md of an incident bundle: what is wrong, why we think so, what to do now."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def render_summary(doc: Mapping[str, Any]) -> str:
+    """summary.md from an incident.json document: what, why, what to do, references, capture."""
+    v = doc["verdict"]
+    parts = (_what(doc, v), _why(doc), _todo(v), _capture_md(doc["capture"]), _env_md(doc))
+    lines = [line for part in parts for line in [*part, ""]]
+    if doc.get("remediation") is not None:
+        rem = json.dumps(doc["remediation"], indent=2)
+        lines += ["## Remediation", "", "```json", rem, "```", ""]
+    lines += ["## Files", "", "incident.json, timeline.jsonl, log-tail.txt, stacks/<pid>.*"]
+    return "\n".join(lines) + "\n"
+
+
+def _what(doc: Mapping[str, Any], v: Mapping[str, Any]) -> list[str]:
+    name = v.get("signature") or v.get("state")
+    return [
+        f"# {v.get('title') or name} ({v.get('state')})",
+        "",
+        f"Incident created {doc.get('created')}; the episode began {doc.get('started')}.",
+        "",
+        "## What is wrong",
+        "",
+        f"- State `{v.get('state')}`, signature `{name}`, confidence {v.get('confidence')}",
+        f"- No progress for {v.get('seconds_since_progress')} s. {v.get('reason') or ''}".rstrip(),
+    ]
+
+
+def _why(doc: Mapping[str, Any]) -> list[str]:
+    items = [f"- [{e['source']}/{e['kind']}] {e['detail']}" for e in doc.get("evidence", [])]
+    return ["## Why we think so", "", *(items or ["- (no evidence recorded)"])]
+
+
+def _todo(v: Mapping[str, Any]) -> list[str]:
+    out = ["## What to do now", "", v.get("fix") or "No specific fix is known for this state."]
+    if v.get("fallback"):
+        out += ["", f"Fallback configuration: `{v['fallback']}`"]
+    if v.get("commands"):
+        out += ["", "## Exact fix commands", "", "```sh", *v["commands"], "```"]
+    refs = [f"- {r}" for r in v.get("references", [])]
+    return out + ["", "## Upstream references", "", *(refs or ["- (none)"])]
+
+
+def _capture_md(cap: Mapping[str, Any]) -> list[str]:
+    out = ["## Stack capture", "", f"Result `{cap.get('result')}`: {cap.get('reason')}", ""]
+    for p in cap.get("pids", []):
+        state = p["error"] or f"{p['threads']} threads, {p['unchanged_threads']} unchanged"
+        fix = f". Fix: {p['fix']}" if p.get("fix") else ""
+        out.append(f"- pid {p['pid']} `{p['title']}`: {state}{fix}")
+    return out
+
+
+def _env_md(doc: Mapping[str, Any]) -> list[str]:
+    env = doc["environment"]
+    gpus = ", ".join(f"{g['index']}: {g['name']} (CC {g['cc']})" for g in env.get("gpus", []))
+    vers = ", ".join(f"{k} {val}" for k, val in env.get("versions", {}).items())
+    return [
+        "## Environment",
+        "",
+        f"- GPUs: {gpus or 'unknown'}; driver {env.get('driver')}",
+        f"- Versions: {vers or 'unknown'}",
+        f"- Command line: `{' '.join(env.get('cmdline') or [])}`",
+    ]

@@ -1,0 +1,380 @@
+"""The remediation hook: on a confident hang, after the evidence is on disk, restart the server
+with the signature's fallback, bounded by a cooldown and a cap, then verify it recovered.
+
+Blocking work (stop grace, systemctl, the smoke test) runs in background threads; each tick
+only looks at how they are doing, so the daemon loop never waits on them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from watchdog.config import Config, ConfigError
+from watchdog.model import Observation, Verdict
+from watchdog.remediation.canary import CanaryHook
+from watchdog.remediation.plan import Plan, PlanError, make_plan
+from watchdog.remediation.restarters import (
+    Restarter,
+    RestartError,
+    SuperviseRestarter,
+    make_restarter,
+)
+from watchdog.remediation.state import StateError, StateStore
+from watchdog.remediation.verify import Outcome, SmokeTest, Verifier
+from watchdog.signatures import SignatureSet
+
+log = logging.getLogger("hang_watchdog.remediation")
+CLEAR_HINT = "clear it with `hang-watchdog fallback clear`"
+
+
+class _Job:
+    """One restart running in a background thread."""
+
+    def __init__(
+        self, restarter: Restarter, plan: Plan, pid: int | None, done: Callable[[], None]
+    ) -> None:
+        self.result: str | None = None
+        self.error: str | None = None
+
+        def work() -> None:
+            try:
+                self.result = restarter.restart(plan, pid)
+            except RestartError as exc:
+                self.error = str(exc)
+            finally:
+                done()
+
+        self.thread = threading.Thread(target=work, name="hang-watchdog-restart", daemon=True)
+        self.thread.start()
+
+
+class RemediationHook:
+    """Decides, acts, verifies and records; state persists in `store` across watchdog restarts."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        sigs: SignatureSet,
+        *,
+        restarter: Restarter,
+        store: StateStore,
+        metrics: Any = None,
+        episodes: Any = None,
+        busy: Callable[[bool], None] = lambda on: None,
+        canary: CanaryHook | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg, self.sigs, self.restarter, self.store = cfg, sigs, restarter, store
+        self.metrics, self.episodes, self.busy, self.canary, self.wall = (
+            metrics,
+            episodes,
+            busy,
+            canary,
+            wall,
+        )
+        self.state = store.load()
+        self._mtime = self._stat()
+        self._handled: Any = None  # the episode already acted on
+        self._said: set[tuple[Any, str]] = set()  # (episode, reason) skips already reported
+        self._job: _Job | None = None
+        self._verifier: Verifier | None = None
+        self._plan: Plan | None = None
+        self._record: dict[str, Any] = {}
+        self._bundle: Path | None = None
+        self._export_state()
+
+    # -- per tick ---------------------------------------------------------------------------
+    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
+        if self.canary is not None:
+            self.canary.on_tick(obs, verdict, daemon)
+        self._reload_if_changed()
+        if self._job is not None:
+            self._poll_job(obs, daemon)
+            return
+        if self._verifier is not None:
+            outcome = self._verifier.step(obs, verdict, daemon.window.progress)
+            if outcome is None:
+                return
+            self._finish(outcome, daemon)
+        if verdict.is_hang:
+            self._consider(obs, verdict, daemon)
+
+    def _consider(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
+        key = self._episode_key()
+        if key is None or key == self._handled:
+            return
+        try:
+            plan = make_plan(
+                verdict,
+                self.sigs,
+                daemon.window.progress.facts,
+                self.cfg.fallback_overrides,
+                self.state.active,
+            )
+        except PlanError as exc:
+            self._handled = key
+            self._skip(daemon, key, "?", f"no plan: {exc}")
+            return
+        if plan is None:
+            self._handled = key
+            return
+        if not plan.restart:
+            self._handled = key
+            self._skip(
+                daemon, key, plan.action, f"{plan.describe()}: {verdict.fix or 'see the incident'}"
+            )
+            return
+        if verdict.confidence < self.cfg.remediate_min_confidence:
+            floor = self.cfg.remediate_min_confidence
+            why = f"confidence {verdict.confidence:.2f} < remediate_min_confidence {floor:.2f}"
+            self._skip(daemon, key, plan.action, f"not acting on {plan.signature}: {why}")
+            return  # not handled: the confidence may still rise within this episode
+        self._handled = key
+        if self.cfg.dry_run:
+            self._dry_run(plan, daemon)
+            return
+        blocked = self._blocked(plan, daemon)
+        if blocked:
+            self._skip(daemon, key, plan.action, blocked)
+            return
+        self._act(plan, obs, daemon)
+
+    def _blocked(self, plan: Plan, daemon: Any) -> str:
+        """Why the safety rules forbid a restart now ("" when allowed)."""
+        if self.state.exhausted:
+            return f"remediation exhausted ({self.state.exhausted_reason}); {CLEAR_HINT}"
+        now = self.wall()
+        recent = self.state.recent(now, self.cfg.restart_window_s)
+        if recent and now - max(recent) < self.cfg.cooldown_s:
+            ago = now - max(recent)
+            return f"cooldown: last restart {ago:.0f} s ago (cooldown_s {self.cfg.cooldown_s:.0f})"
+        if len(recent) >= self.cfg.max_restarts:
+            cap, span = self.cfg.max_restarts, self.cfg.restart_window_s
+            reason = f"{len(recent)} restarts within {span:.0f} s (max_restarts {cap})"
+            self.state.exhausted, self.state.exhausted_reason = True, reason
+            self._save()
+            self._export_state()
+            daemon.emitter.event(
+                "remediation_exhausted",
+                f"{reason}: no more restarts until an operator runs `hang-watchdog fallback clear`",
+                signature=plan.signature,
+            )
+            return f"remediation exhausted: {reason}"
+        return ""
+
+    def _dry_run(self, plan: Plan, daemon: Any) -> None:
+        self._metric(plan.action, "planned")
+        daemon.emitter.event(
+            "remediation",
+            f"dry run: would {plan.describe()} via {self.restarter.name}",
+            outcome="planned",
+            plan=plan.to_dict(),
+            restarter=self.restarter.name,
+        )
+        self._bundle = self._incident()
+        self._update_bundle(
+            {
+                "dry_run": True,
+                "restarter": self.restarter.name,
+                "plan": plan.to_dict(),
+                "outcome": "planned",
+            }
+        )
+
+    def _act(self, plan: Plan, obs: Observation, daemon: Any) -> None:
+        now = self.wall()
+        self.state.restarts = [*self.state.recent(now, self.cfg.restart_window_s), now]
+        if plan.active:
+            self.state.active = {
+                "fallbacks": list(plan.active),
+                "args": list(plan.args),
+                "env": dict(plan.env),
+                "since": now,
+            }
+        self._save()
+        self._export_state()
+        self._plan, self._bundle = plan, self._incident()
+        self._record = {
+            "dry_run": False,
+            "restarter": self.restarter.name,
+            "plan": plan.to_dict(),
+            "started_wall": now,
+            "outcome": "restarting",
+        }
+        self._update_bundle(self._record)
+        daemon.emitter.event(
+            "remediation",
+            f"{plan.describe()} via {self.restarter.name}",
+            outcome="restarting",
+            plan=plan.to_dict(),
+        )
+        pid = obs.procs.target_pid if obs.procs is not None else None
+        self.busy(True)
+        self._job = _Job(self.restarter, plan, pid, lambda: self.busy(False))
+
+    def _poll_job(self, obs: Observation, daemon: Any) -> None:
+        job = self._job
+        assert job is not None and self._plan is not None
+        if job.thread.is_alive():
+            return
+        self._job = None
+        if job.error is not None:
+            self._finish(Outcome("failed", f"restart failed: {job.error}"), daemon)
+            return
+        self._record["restart"] = job.result
+        daemon.emitter.event(
+            "remediation", f"restarted: {job.result}; verifying recovery", outcome="verifying"
+        )
+        smoke = None
+        if self.cfg.vllm_url and self.cfg.smoke_test:
+            smoke = SmokeTest(self.cfg.vllm_url, timeout_s=min(30.0, self.cfg.recover_within_s))
+        self._verifier = Verifier(
+            obs.t, self.cfg.recover_within_s, spin_dram=daemon.thresholds.gpu_spin_dram, smoke=smoke
+        )
+
+    def _finish(self, outcome: Outcome, daemon: Any) -> None:
+        plan = self._plan
+        assert plan is not None
+        self._verifier = None
+        self._metric(plan.action, outcome.outcome)
+        self._record.update(
+            {
+                "outcome": outcome.outcome,
+                "reason": outcome.reason,
+                "verification": outcome.details,
+                "finished_wall": self.wall(),
+            }
+        )
+        self._update_bundle(self._record)
+        self.state.record(
+            {
+                "signature": plan.signature,
+                "fallback": plan.fallback,
+                "outcome": outcome.outcome,
+                "reason": outcome.reason,
+                "wall": self.wall(),
+            }
+        )
+        self._save()
+        daemon.emitter.event(
+            "remediation",
+            f"{outcome.outcome}: {outcome.reason}",
+            outcome=outcome.outcome,
+            signature=plan.signature,
+            fallback=plan.fallback,
+        )
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _episode_key(self) -> Any:
+        """The current episode once its evidence is on disk; None while still waiting."""
+        ep = getattr(self.episodes, "episode", None)
+        if ep is None:
+            return None
+        if getattr(self.episodes, "writer", None) is not None:
+            return ep.incident if ep.incident is not None and ep.incident_signature else None
+        if ep.capture_started_t is not None and self.episodes.capture is None:
+            return None  # stacks still being taken
+        return ("episode", ep.started_t)
+
+    def _incident(self) -> Path | None:
+        ep = getattr(self.episodes, "episode", None)
+        return ep.incident if ep is not None else None
+
+    def _update_bundle(self, record: dict[str, Any]) -> None:
+        writer = getattr(self.episodes, "writer", None)
+        if writer is None or self._bundle is None:
+            return
+        try:
+            writer.update_remediation(self._bundle, dict(record))
+        except (OSError, ValueError) as exc:
+            log.error("could not record the remediation in %s: %s", self._bundle, exc)
+
+    def _skip(self, daemon: Any, key: Any, action: str, why: str) -> None:
+        if (key, why) in self._said:
+            return
+        self._said.add((key, why))
+        self._metric(action, "skipped")
+        daemon.emitter.event("remediation", why, outcome="skipped")
+
+    def _metric(self, action: str, outcome: str) -> None:
+        if self.metrics is not None:
+            self.metrics.remediation(action, outcome)
+
+    def _export_state(self) -> None:
+        if self.metrics is None:
+            return
+        self.metrics.set_remediation_exhausted(self.state.exhausted)
+        active = set((self.state.active or {}).get("fallbacks") or [])
+        for name in self.sigs.fallbacks:
+            self.metrics.set_fallback_active(name, name in active)
+
+    def _stat(self) -> int | None:
+        try:
+            return self.store.path.stat().st_mtime_ns
+        except OSError:
+            return None
+
+    def _reload_if_changed(self) -> None:
+        """An operator may clear the file (`fallback clear`) while the watchdog runs."""
+        mtime = self._stat()
+        if mtime == self._mtime:
+            return
+        self._mtime = mtime
+        try:
+            self.state = self.store.load()
+        except StateError as exc:
+            log.error("remediation state: %s", exc)
+            return
+        self._export_state()
+
+    def _save(self) -> None:
+        try:
+            self.store.save(self.state)
+        except OSError as exc:
+            log.error("could not save the remediation state to %s: %s", self.store.path, exc)
+        self._mtime = self._stat()
+
+
+def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
+    """The hook for `cfg` (None when remediation, dry run and canary are all off)."""
+    if not (cfg.remediate or cfg.dry_run or cfg.canary):
+        return None
+    canary = None
+    if cfg.canary:
+        if not cfg.vllm_url:
+            raise ConfigError("key 'canary': needs vllm_url (the server's OpenAI-compatible API)")
+        canary = CanaryHook(cfg.vllm_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s)
+    if not (cfg.remediate or cfg.dry_run):
+        return canary
+    store = StateStore(cfg.state_dir)
+    try:
+        state = store.load()
+    except StateError as exc:
+        raise ConfigError(f"key 'state_dir': {exc}") from exc
+    restarter = make_restarter(cfg, built)
+    if isinstance(restarter, SuperviseRestarter) and state.active and not cfg.dry_run:
+        restarter.apply_at_start(state.active)
+        built.daemon.emitter.event(
+            "remediation",
+            f"fallback still active: {','.join(state.active.get('fallbacks') or [])}; {CLEAR_HINT}",
+            outcome="active",
+        )
+
+    def busy(on: bool) -> None:
+        built.restarting = on
+
+    return RemediationHook(
+        cfg,
+        sigs,
+        restarter=restarter,
+        store=store,
+        metrics=built.metrics,
+        episodes=built.episodes,
+        busy=busy,
+        canary=canary,
+    )
