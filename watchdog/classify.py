@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from watchdog.config import Config
+from watchdog.evidence import EVALUATORS, SOURCE
 from watchdog.model import Evidence, Observation, StackSample, Verdict
 from watchdog.signatures import Rule, Signature, SignatureSet
 from watchdog.window import Window
@@ -55,7 +56,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     obs = window.latest
     if obs is None:
         return Verdict(state="starting", reason="no observations yet")
-    ctx = _Context(window, obs, th)
+    ctx = Context(window, obs, th)
     stall = ctx.stall
     common = {
         "suspicious": stall.suspicious,
@@ -96,7 +97,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     )
 
 
-def _benign_state(ctx: _Context, sigs: SignatureSet) -> tuple[str, str]:
+def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
     p, stall = ctx.window.progress, ctx.stall
     if ctx.gone:
         return "dead", "the server process is gone"
@@ -120,11 +121,13 @@ def _benign_state(ctx: _Context, sigs: SignatureSet) -> tuple[str, str]:
                 "serving",
                 f"{stall.detail}, but the GPU is moving memory: a long batch, not a hang",
             )
+        if stall.seconds is not None and stall.seconds >= ctx.th.suspect_after_s:
+            return "serving", f"{stall.detail}; below the stall threshold"
         return "serving", f"work pending ({p.pending_why}), progressing"
     return "idle", "no work pending"
 
 
-def _match(sig: Signature, ctx: _Context) -> tuple[Signature, float, list[Evidence]] | None:
+def _match(sig: Signature, ctx: Context) -> tuple[Signature, float, list[Evidence]] | None:
     if sig.when == "stalled" and not ctx.stall.stalled:
         return None
     if any(_eval(r, ctx) is not None for r in sig.unless):
@@ -142,18 +145,18 @@ def _match(sig: Signature, ctx: _Context) -> tuple[Signature, float, list[Eviden
     return sig, conf, found
 
 
-def _eval(rule: Rule, ctx: _Context) -> Evidence | None:
+def _eval(rule: Rule, ctx: Context) -> Evidence | None:
     """Evidence for one rule, or None when it does not hold."""
-    detail = _EVALUATORS[rule.kind](rule, ctx)
+    detail = EVALUATORS[rule.kind](rule, ctx)
     if detail is None:
         return None
-    source = _SOURCE[rule.kind]
+    source = SOURCE[rule.kind]
     return Evidence(
         source=source, kind=rule.kind, detail=f"{rule.label}: {detail}", weight=rule.weight
     )
 
 
-class _Context:
+class Context:
     """Derived, cached views of the window for one classification."""
 
     def __init__(self, window: Window, obs: Observation, th: Thresholds) -> None:
@@ -210,125 +213,3 @@ class _Context:
             for g in self.obs.gpus
             if g.sm is not None and g.dram is not None
         )
-
-
-def _log(rule: Rule, ctx: _Context) -> str | None:
-    assert rule.pattern is not None
-    hits = [
-        ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)
-    ]
-    if not hits:
-        return None
-    more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
-    return f"{hits[-1][:300]!r}{more}"
-
-
-def _stack(rule: Rule, ctx: _Context) -> str | None:
-    # Prefer a frame matched by name (download_file) over one matched only by its file.
-    for patterns, attr in ((rule.frames, "name"), (rule.files, "filename")):
-        for sample in ctx.stacks():
-            for th in sample.threads:
-                if rule.unchanged and not th.unchanged:
-                    continue
-                fr = next(
-                    (f for f in th.frames if any(p.search(getattr(f, attr)) for p in patterns)),
-                    None,
-                )
-                if fr is not None:
-                    still = ", unchanged across two dumps" if th.unchanged else ""
-                    return (
-                        f"pid {sample.pid} ({sample.title[:60]}) thread {th.name!r} in {fr.name} "
-                        f"({fr.filename}:{fr.line}){still}"
-                    )
-    return None
-
-
-def _cdn_socket(rule: Rule, ctx: _Context) -> str | None:
-    conns = ctx.obs.conns
-    if not conns:
-        return None
-    c = max(conns, key=lambda c: c.age_s)
-    more = f" (and {len(conns) - 1} more)" if len(conns) > 1 else ""
-    return f"pid {c.pid} -> {c.host} ({c.ip}:{c.port}) {c.state} for {c.age_s:.0f} s{more}"
-
-
-def _gpu_spin(rule: Rule, ctx: _Context) -> str | None:
-    th = ctx.th
-    for g in ctx.obs.gpus:
-        start = None
-        for o in reversed(list(ctx.window)):
-            s = next((x for x in o.gpus if x.index == g.index), None)
-            if s is None or s.sm is None or s.dram is None:
-                break
-            if s.sm < th.gpu_spin_sm or s.dram > th.gpu_spin_dram or s.procs == 0:
-                break
-            start = o.t
-        if start is not None and ctx.obs.t - start >= th.gpu_spin_for_s:
-            procs = "" if g.procs is None else f", {g.procs} compute process(es)"
-            return (
-                f"GPU {g.index} ({g.name or 'unknown'}) SM {g.sm:.2f}, DRAM {g.dram:.2f} "
-                f"for {ctx.obs.t - start:.0f} s{procs} (source: {g.method or 'unknown'})"
-            )
-    return None
-
-
-def _no_progress(rule: Rule, ctx: _Context) -> str | None:
-    return ctx.stall.detail if ctx.stall.stalled else None
-
-
-def _gpu_cc(rule: Rule, ctx: _Context) -> str | None:
-    g = next((g for g in ctx.obs.gpus if g.cc in rule.values), None)
-    return f"GPU {g.index} ({g.name or 'unknown'}) compute capability {g.cc}" if g else None
-
-
-def _package(rule: Rule, ctx: _Context) -> str | None:
-    version = ctx.window.progress.facts.get(rule.name)
-    return f"{rule.name} {version} in the server's environment" if version in rule.values else None
-
-
-def _setting(rule: Rule, ctx: _Context) -> str | None:
-    value = ctx.window.progress.facts.get(rule.name)
-    if rule.has_equals and value != rule.equals:
-        return None
-    if rule.has_not_equals and value == rule.not_equals:
-        return None
-    return f"{rule.name} = {'auto' if value is None else value}"
-
-
-def _health(rule: Rule, ctx: _Context) -> str | None:
-    v = ctx.obs.vllm
-    return (
-        f"/health answered {v.health_status}"
-        if v is not None and v.health_status == rule.status
-        else None
-    )
-
-
-def _process_gone(rule: Rule, ctx: _Context) -> str | None:
-    return f"pid {ctx.obs.procs.target_pid} is gone" if ctx.gone and ctx.obs.procs else None
-
-
-_EVALUATORS = {
-    "log": _log,
-    "stack": _stack,
-    "cdn_socket": _cdn_socket,
-    "gpu_spin": _gpu_spin,
-    "no_progress": _no_progress,
-    "gpu_cc": _gpu_cc,
-    "package": _package,
-    "setting": _setting,
-    "health": _health,
-    "process_gone": _process_gone,
-}
-_SOURCE = {
-    "log": "log",
-    "stack": "stacks",
-    "cdn_socket": "conns",
-    "gpu_spin": "gpu",
-    "no_progress": "progress",
-    "gpu_cc": "gpu",
-    "package": "facts",
-    "setting": "facts",
-    "health": "vllm",
-    "process_gone": "procs",
-}

@@ -122,13 +122,15 @@ KEYS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields
 
 def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
     """Defaults, then the TOML file, then flag overrides (None means 'not given')."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        values.update(_read_toml(Path(path)))
-    for key, value in (overrides or {}).items():
-        if value is not None and value != [] and key in KEYS:
-            values[key] = value
-    return build_config(values, origin=str(path) if path else "flags")
+    values: dict[str, Any] = _read_toml(Path(path)) if path is not None else {}
+    base = build_config(values, origin=str(path) if path else "config")
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None and v != [] and k in KEYS}
+    if not flags:
+        return base
+    merged = {f.name: getattr(base, f.name) for f in dataclasses.fields(Config)}
+    for key, value in flags.items():  # a bad flag value is blamed on the command line
+        merged[key] = _coerce(key, value, "command line")
+    return build_config(merged, origin="command line")
 
 
 def build_config(values: Mapping[str, Any], origin: str = "config") -> Config:

@@ -88,6 +88,7 @@ def _start_sim(work: Path, scenario: str, mode: str, extra: list[str], cdn_port:
     port_file = work / "sim.port"
     port_file.unlink(missing_ok=True)
     log_file, gpu_file = work / "vllm.log", work / "gpu.jsonl"
+    (work / "sim").mkdir(exist_ok=True)
     argv = [sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario", scenario, "--mode", mode]
     argv += ["--gpu-file", str(gpu_file), "--log-file", str(log_file), "--port", "0"]
     argv += [

@@ -17,6 +17,7 @@ import httpx
 from watchdog.model import Observation, Verdict
 
 SMOKE_PROMPT = "Reply with one word: ok"
+UP_STATES = frozenset({"starting", "loading", "compiling", "idle", "serving"})
 
 
 @dataclass(frozen=True)
@@ -100,10 +101,15 @@ class Verifier:
         self._smoke_thread: threading.Thread | None = None
         self._smoke_result: tuple[bool, str] | None = None
         self._basis = ""
+        # A hang verdict before the new server came up is the old one's echo (e.g. /health
+        # refused while it boots reads as engine_dead); only the deadline judges that stretch.
+        self.came_up = False
 
     def step(self, obs: Observation, verdict: Verdict, progress: Any) -> Outcome | None:
         """None while undecided; an Outcome once decided."""
-        if verdict.is_hang:
+        if verdict.state in UP_STATES:
+            self.came_up = True
+        if verdict.is_hang and self.came_up:
             return self._done("not_recovered", f"hung again: {verdict.signature}")
         if self._smoke_thread is not None:
             return self._smoke_outcome()

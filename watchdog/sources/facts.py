@@ -151,8 +151,11 @@ class FactsSource:
         if target_pid is None:
             self.health.ok()
             return {}
+        # Re-read when the environment changes too: a process that re-execs itself (a launcher
+        # wrapper, `exec` in an entrypoint) keeps its PID but not its environment.
+        environ = read_environ(target_pid, self.proc_root)
         with self._lock:
-            if target_pid != self._pid:
+            if target_pid != self._pid or (environ and environ != self._facts.get("environ")):
                 self._start(target_pid)
             return dict(self._facts)
 
@@ -195,7 +198,7 @@ class FactsSource:
             self.health.down(f"package versions of pid {pid}: {e}")
             return
         with self._lock:
-            if self._pid == pid:  # the target may have changed meanwhile
+            if self._pid == pid and self._facts.get("environ") == environ:  # still current
                 self._facts.update({key: found.get(key) for key in VERSION_KEYS})
 
     def close(self) -> None:

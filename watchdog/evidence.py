@@ -1,0 +1,143 @@
+"""How each evidence kind of the signature data is checked against a window (pure).
+
+Each evaluator returns a human-readable detail when its rule holds, or None.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from watchdog.signatures import Rule
+
+if TYPE_CHECKING:
+    from watchdog.classify import Context
+
+
+def _log(rule: Rule, ctx: Context) -> str | None:
+    assert rule.pattern is not None
+    hits = [
+        ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)
+    ]
+    if not hits:
+        return None
+    more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
+    return f"{_shorten(hits[-1])!r}{more}"
+
+
+def _shorten(line: str, limit: int = 300) -> str:
+    """Keep both ends of a long line: a FlashInfer URL must not hide 'attempt 3 failed'."""
+    if len(line) <= limit:
+        return line
+    half = (limit - 3) // 2
+    return f"{line[:half]} … {line[-half:]}"
+
+
+def _stack(rule: Rule, ctx: Context) -> str | None:
+    # Prefer a frame matched by name (download_file) over one matched only by its file.
+    for patterns, attr in ((rule.frames, "name"), (rule.files, "filename")):
+        for sample in ctx.stacks():
+            for th in sample.threads:
+                if rule.unchanged and not th.unchanged:
+                    continue
+                fr = next(
+                    (f for f in th.frames if any(p.search(getattr(f, attr)) for p in patterns)),
+                    None,
+                )
+                if fr is not None:
+                    still = ", unchanged across two dumps" if th.unchanged else ""
+                    return (
+                        f"pid {sample.pid} ({sample.title[:60]}) thread {th.name!r} in {fr.name} "
+                        f"({fr.filename}:{fr.line}){still}"
+                    )
+    return None
+
+
+def _cdn_socket(rule: Rule, ctx: Context) -> str | None:
+    conns = ctx.obs.conns
+    if not conns:
+        return None
+    c = max(conns, key=lambda c: c.age_s)
+    more = f" (and {len(conns) - 1} more)" if len(conns) > 1 else ""
+    return f"pid {c.pid} -> {c.host} ({c.ip}:{c.port}) {c.state} for {c.age_s:.0f} s{more}"
+
+
+def _gpu_spin(rule: Rule, ctx: Context) -> str | None:
+    th = ctx.th
+    for g in ctx.obs.gpus:
+        start = None
+        for o in reversed(list(ctx.window)):
+            s = next((x for x in o.gpus if x.index == g.index), None)
+            if s is None or s.sm is None or s.dram is None:
+                break
+            if s.sm < th.gpu_spin_sm or s.dram > th.gpu_spin_dram or s.procs == 0:
+                break
+            start = o.t
+        if start is not None and ctx.obs.t - start >= th.gpu_spin_for_s:
+            procs = "" if g.procs is None else f", {g.procs} compute process(es)"
+            return (
+                f"GPU {g.index} ({g.name or 'unknown'}) SM {g.sm:.2f}, DRAM {g.dram:.2f} "
+                f"for {ctx.obs.t - start:.0f} s{procs} (source: {g.method or 'unknown'})"
+            )
+    return None
+
+
+def _no_progress(rule: Rule, ctx: Context) -> str | None:
+    return ctx.stall.detail if ctx.stall.stalled else None
+
+
+def _gpu_cc(rule: Rule, ctx: Context) -> str | None:
+    g = next((g for g in ctx.obs.gpus if g.cc in rule.values), None)
+    return f"GPU {g.index} ({g.name or 'unknown'}) compute capability {g.cc}" if g else None
+
+
+def _package(rule: Rule, ctx: Context) -> str | None:
+    version = ctx.window.progress.facts.get(rule.name)
+    return f"{rule.name} {version} in the server's environment" if version in rule.values else None
+
+
+def _setting(rule: Rule, ctx: Context) -> str | None:
+    value = ctx.window.progress.facts.get(rule.name)
+    if rule.has_equals and value != rule.equals:
+        return None
+    if rule.has_not_equals and value == rule.not_equals:
+        return None
+    return f"{rule.name} = {'auto' if value is None else value}"
+
+
+def _health(rule: Rule, ctx: Context) -> str | None:
+    v = ctx.obs.vllm
+    return (
+        f"/health answered {v.health_status}"
+        if v is not None and v.health_status == rule.status
+        else None
+    )
+
+
+def _process_gone(rule: Rule, ctx: Context) -> str | None:
+    return f"pid {ctx.obs.procs.target_pid} is gone" if ctx.gone and ctx.obs.procs else None
+
+
+EVALUATORS = {
+    "log": _log,
+    "stack": _stack,
+    "cdn_socket": _cdn_socket,
+    "gpu_spin": _gpu_spin,
+    "no_progress": _no_progress,
+    "gpu_cc": _gpu_cc,
+    "package": _package,
+    "setting": _setting,
+    "health": _health,
+    "process_gone": _process_gone,
+}
+SOURCE = {
+    "log": "log",
+    "stack": "stacks",
+    "cdn_socket": "conns",
+    "gpu_spin": "gpu",
+    "no_progress": "progress",
+    "gpu_cc": "gpu",
+    "package": "facts",
+    "setting": "facts",
+    "health": "vllm",
+    "process_gone": "procs",
+}

@@ -1,0 +1,136 @@
+"""The knowledge base's types: signatures and their evidence rules, known-bad combinations,
+fallbacks, benign explanations (parsed by watchdog/signatures.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+EVIDENCE_KINDS = frozenset(
+    {
+        "log",
+        "stack",
+        "cdn_socket",
+        "gpu_spin",
+        "no_progress",
+        "gpu_cc",
+        "package",
+        "setting",
+        "health",
+        "process_gone",
+    }
+)
+WHEN = frozenset({"stalled", "any"})
+VERDICT_STATES = frozenset(
+    {"hung", "dead", "crash"}
+)  # crash: dead if the target is gone, else hung
+SEVERITIES = frozenset({"fail", "warn"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One evidence item of a signature."""
+
+    kind: str
+    weight: float = 0.0
+    required: bool = False
+    label: str = ""
+    pattern: re.Pattern[str] | None = None
+    within_s: float = 300.0
+    decisive: bool = False
+    frames: tuple[re.Pattern[str], ...] = ()
+    files: tuple[re.Pattern[str], ...] = ()
+    unchanged: bool = False
+    values: tuple[str, ...] = ()
+    name: str = ""
+    equals: Any = None
+    not_equals: Any = None
+    has_equals: bool = False
+    has_not_equals: bool = False
+    status: int | None = None
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A known hang: what it looks like (rules) and what to do (fix, fallback)."""
+
+    id: str
+    title: str
+    when: str
+    state: str
+    priority: int
+    min_confidence: float
+    fallback: str | None
+    fix: str
+    commands: tuple[str, ...]
+    references: tuple[str, ...]
+    evidence: tuple[Rule, ...]
+    unless: tuple[Rule, ...] = ()
+    origin: str = ""
+
+    @property
+    def decisive_log_rules(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.evidence if r.kind == "log" and r.decisive)
+
+
+@dataclass(frozen=True)
+class KnownBad:
+    """A version combination known to fail, checked by preflight."""
+
+    id: str
+    severity: str
+    cc: tuple[str, ...]
+    package: str
+    versions: tuple[str, ...]
+    unless_disabled: str | None
+    title: str
+    fixes: tuple[str, ...]
+    references: tuple[str, ...]
+    signature: str | None
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """How a restart avoids a cause: arguments and environment for the server."""
+
+    name: str
+    description: str = ""
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    args_since_vllm: str | None = None
+    legacy_env: Mapping[str, str] = field(default_factory=dict)
+    restart: bool = True
+
+
+@dataclass(frozen=True)
+class Benign:
+    """Evidence that a stalled-looking server is doing legitimate work (e.g. reading weights)."""
+
+    state: str
+    rule: Rule
+
+
+@dataclass(frozen=True)
+class SignatureSet:
+    """Everything the knowledge base says, merged from the shipped file and operator files."""
+
+    signatures: tuple[Signature, ...]
+    known_bad: tuple[KnownBad, ...]
+    fallbacks: Mapping[str, Fallback]
+    benign: tuple[Benign, ...] = ()
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(s.id for s in self.signatures)
+
+    def get(self, sig_id: str) -> Signature | None:
+        return next((s for s in self.signatures if s.id == sig_id), None)
+
+    def log_keep_pattern(self) -> re.Pattern[str] | None:
+        """One regex matching every log rule, so the log source keeps exactly those lines."""
+        pats = [
+            r.pattern.pattern for s in self.signatures for r in s.evidence + s.unless if r.pattern
+        ]
+        return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
