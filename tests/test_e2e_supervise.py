@@ -122,11 +122,12 @@ def test_supervise_reports_hang_passes_output_and_stops_child_on_sigterm(tmp_pat
     """`run -- sim`: child output passes through, the hang is named, SIGTERM stops both."""
     gpu = tmp_path / "gpu.jsonl"
     child = [*SIM, "--scenario", "kernel_deadlock", "--mode", "bench", "--startup-s", "1"]
-    child += ["--gpu-file", str(gpu), "--fake-versions", "flashinfer-python=0.6.7"]
+    # --cc 10.0: gpu_kernel_spin needs no package facts (their lookup is asynchronous).
+    child += ["--gpu-file", str(gpu), "--cc", "10.0"]
     child += ["--workdir", str(workdir(tmp_path))]
     wd = Watchdog(tmp_path, ["--gpu-source", f"file:{gpu}", *SHORT, "--log-format", "json"], child)
     try:
-        verdict = wd.wait_for(lambda: hang_verdict(wd, "trtllm_attention_deadlock"), "hang verdict")
+        verdict = wd.wait_for(lambda: hang_verdict(wd, "gpu_kernel_spin"), "hang verdict")
         assert {e["source"] for e in verdict["evidence"]} >= {"gpu", "progress"}, verdict
         tree = psutil.Process(wd.proc.pid).children(recursive=True)
         assert tree, "the supervised child should still be running while hung"
@@ -168,6 +169,14 @@ def test_supervise_healthy_bench_finishes_with_zero(tmp_path: Path) -> None:
         wd.kill()
 
 
+def incident_path(wd: Watchdog, signature: str) -> str | None:
+    """The path of the first incident bundle written for `signature`, from the JSON stderr."""
+    for ev in wd.events():
+        if ev.get("event") == "incident" and ev.get("signature") == signature and ev.get("path"):
+            return str(ev["path"])
+    return None
+
+
 def mentions(verdict: dict[str, Any], pids: set[int]) -> set[int]:
     """The pids in `pids` that the verdict's evidence names."""
     text = " ".join(e["detail"] for e in verdict["evidence"])
@@ -190,6 +199,7 @@ def test_match_follows_a_restarted_target(
     shared += ["--model", f"sim/{token}"]
     args = ["--match", token, "--log-file", str(tmp_path / "shared.log")]
     args += ["--gpu-source", f"file:{tmp_path / 'gpu.jsonl'}", *SHORT, "--log-format", "json"]
+    args += ["--incident-dir", str(tmp_path / "inc")]
     first = sim_factory("healthy", mode="serve", extra_args=[*shared, "--load", "2"])
     wd = Watchdog(tmp_path, args)
     try:
@@ -197,14 +207,16 @@ def test_match_follows_a_restarted_target(
         old = tree_pids(first)
         first.stop()
         seen = len(wd.events())
-        second = sim_factory(
-            "kernel_deadlock", extra_args=[*shared, "--fake-versions", "flashinfer-python=0.6.7"]
-        )
+        second = sim_factory("kernel_deadlock", extra_args=[*shared, "--cc", "10.0"])
         second.engine_pid()
-        verdict = wd.wait_for(lambda: hang_verdict(wd, "trtllm_attention_deadlock"), "hang verdict")
+        wd.wait_for(lambda: hang_verdict(wd, "gpu_kernel_spin"), "hang verdict")
+        path = wd.wait_for(lambda: incident_path(wd, "gpu_kernel_spin"), "incident bundle")
         assert len(wd.events()) > seen
+        incident = json.loads((Path(path) / "incident.json").read_text(encoding="utf-8"))
+        assert incident["environment"]["target_pid"] == second.pid, incident["environment"]
         new = tree_pids(second)
-        assert mentions(verdict, new), verdict["evidence"]
-        assert not mentions(verdict, old), verdict["evidence"]
+        dumped = {p["pid"] for p in incident["capture"]["pids"]}
+        assert dumped and dumped <= new and not dumped & old, (dumped, new, old)
+        assert not mentions(incident["verdict"], old), incident["verdict"]["evidence"]
     finally:
         wd.kill()

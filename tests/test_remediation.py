@@ -158,7 +158,8 @@ def stand_in_systemctl(tmp_path: Path) -> tuple[Path, Path]:
     bindir.mkdir()
     script = bindir / "systemctl"
     script.write_text(
-        f"#!{sys.executable}\nimport sys\nopen({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+        f"#!{sys.executable}\nimport sys\n"
+        f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
     )
     script.chmod(0o755)
     return bindir, log
@@ -320,8 +321,8 @@ def test_dry_run_exports_the_plan_and_acts_on_nothing(tmp_path: Path) -> None:
     time.sleep(0.2)
     assert restarter.calls == []
     assert (
-        "dry run: would trtllm_attention_deadlock: restart with fallback disable_trtllm_attention: VLLM_USE_TRTLLM_ATTENTION=0"
-        in daemon.out.getvalue()
+        "dry run: would trtllm_attention_deadlock: restart with fallback "
+        "disable_trtllm_attention: VLLM_USE_TRTLLM_ATTENTION=0" in daemon.out.getvalue()
     )
     assert (
         metric(

@@ -153,8 +153,8 @@ def test_dry_run_acts_on_nothing_and_exports_the_plan(
 ) -> None:
     wd = watchdogs("hang_unless_fallback", NEW, "--dry-run")
     wd.wait_for(
-        r"dry run: would trtllm_attention_deadlock: restart with fallback disable_trtllm_attention: "
-        + re.escape(FLAG)
+        r"dry run: would trtllm_attention_deadlock: restart with fallback "
+        r"disable_trtllm_attention: " + re.escape(FLAG)
     )
     m = wd.metrics()
     assert (

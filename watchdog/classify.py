@@ -116,14 +116,14 @@ def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
     if p.phase == "starting":
         return "starting", "waiting for the server to become ready"
     if stall.pending:
+        if (stall.seconds or 0.0) < ctx.th.suspect_after_s:
+            return "serving", f"work pending ({p.pending_why}), progressing"
         if stall.busy:
             return (
                 "serving",
                 f"{stall.detail}, but the GPU is moving memory: a long batch, not a hang",
             )
-        if stall.seconds is not None and stall.seconds >= ctx.th.suspect_after_s:
-            return "serving", f"{stall.detail}; below the stall threshold"
-        return "serving", f"work pending ({p.pending_why}), progressing"
+        return "serving", f"{stall.detail}; below the stall threshold"
     return "idle", "no work pending"
 
 

@@ -101,10 +101,14 @@ class Supervisor:
         return SupervisedReader(self)
 
     def lines(self) -> list[str]:
-        out: list[str] = []
-        for r in self._retired + self._readers:
-            out.extend(r.read())
+        # What a stopped child still prints (its API server logs EngineDeadError on SIGTERM)
+        # describes the old server, not the restarted one: drain it, do not report it.
+        for r in self._retired:
+            r.read()
         self._retired = [r for r in self._retired if not r.eof]
+        out: list[str] = []
+        for r in self._readers:
+            out.extend(r.read())
         return out
 
     def close(self) -> None:
