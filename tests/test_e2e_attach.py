@@ -149,11 +149,6 @@ def test_cubin_stall_serve_reported_on_defaults(
     assert hung - onset < 60
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a tqdm bar followed on the same line by a log record (bench mode) loses the "
-    "'Processed prompts 0/N' progress event, so a stalled bench is classified idle",
-)
 def test_cubin_stall_bench_attach(
     tmp_path: Path, sim_factory: Callable[..., SimHandle], cdn_factory: Callable[[str], int]
 ) -> None:

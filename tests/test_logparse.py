@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from watchdog.model import LogEvent
-from watchdog.sources.logparse import LineSplitter, clean_line, parse_elapsed, parse_line
+from watchdog.sources.logparse import (
+    LineSplitter,
+    clean_line,
+    parse_elapsed,
+    parse_line,
+    split_records,
+)
 
 DATA = Path(__file__).parent / "data" / "logs"
 
@@ -345,3 +351,28 @@ def test_splitter_bounds_a_10mb_line() -> None:
 def test_splitter_rejects_bad_limit() -> None:
     with pytest.raises(ValueError, match="max_line_bytes"):
         LineSplitter(0)
+
+
+def test_split_records_separates_a_log_record_glued_to_a_tqdm_bar() -> None:
+    # tqdm writes no newline after a redraw, so the next record lands on the bar's line.
+    bar = (
+        "Processed prompts:   0%|          | 0/768 [00:00<?, ?it/s, est. speed input: 0.00 "
+        "toks/s, output: 0.00 toks/s]"
+    )
+    jit = (
+        "2026-11-30 08:08:29,185 - INFO - cubin_loader.py:167 - flashinfer.jit: Fetching cubin "
+        "a.cubin from http://127.0.0.1:9/x"
+    )
+    parts = split_records(bar + jit)
+    assert parts == [bar, jit]
+    kinds = [ev.kind for ev in (parse_line(p) for p in parts) if ev is not None]
+    assert kinds == ["progress", "jit"]
+
+
+def test_split_records_leaves_ordinary_lines_whole() -> None:
+    for line in (
+        "(APIServer pid=1) INFO 01-12 02:58:15 [loggers.py:123] Engine 000: Avg prompt throughput",
+        "Aug 19 18:34:27 vllm vllm[8727]: (EngineCore pid=8727) ERROR 08-19 18:34:27 [core.py:1] x",
+        "[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation",
+    ):
+        assert split_records(line) == [line]

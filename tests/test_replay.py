@@ -141,11 +141,6 @@ def test_replay_of_a_timeline_file_uses_default_thresholds(
     assert "0/768" in out["verdict"]["reason"], out["verdict"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: replay of BUNDLE/timeline.jsonl ignores the thresholds recorded in the "
-    "sibling incident.json and reclassifies with the defaults",
-)
 def test_replay_of_a_bundle_timeline_uses_the_recorded_thresholds(live_bundle: Path) -> None:
     done = replay(str(live_bundle / "timeline.jsonl"), "--json")
     assert done.returncode == 1, done.stdout

@@ -56,7 +56,9 @@ class EpisodeHook:
         self.incidents: list[Path] = []
 
     def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
-        self._collect_capture(daemon)
+        # Stacks collected now reach the window with the next observation: write the incident
+        # then, so its verdict carries the stack evidence.
+        fresh_stacks = self._collect_capture(daemon)
         troubled = verdict.suspicious or verdict.is_hang or verdict.state == "stalled"
         if obs.procs is not None and obs.procs.restarted:
             self.episode = None
@@ -74,20 +76,21 @@ class EpisodeHook:
                 self.episode = None
                 return
         self._maybe_capture(obs, ep)
-        if self._wants_incident(obs, verdict, ep):
+        if not fresh_stacks and self._wants_incident(obs, verdict, ep):
             self._write(obs, verdict, ep, daemon)
 
-    def _collect_capture(self, daemon: Any) -> None:
+    def _collect_capture(self, daemon: Any) -> bool:
         if self.capturer is None:
-            return
+            return False
         result = self.capturer.poll()
         if result is None:
-            return
+            return False
         self.capture = result
         daemon.attach_stacks(tuple(result.samples))
         if self.metrics is not None:
             self.metrics.stack_capture(result.result)
         log.info("stack capture finished: %s %s", result.result, result.reason)
+        return True
 
     def _maybe_capture(self, obs: Observation, ep: Episode) -> None:
         if self.capturer is None or ep.capture_started_t is not None:

@@ -18,7 +18,7 @@ from watchdog.emit import format_verdict
 from watchdog.logverdict import name_signatures
 from watchdog.model import Verdict, to_dict
 from watchdog.signatures import SignatureError, SignatureSet, load_signatures
-from watchdog.sources.logparse import LineSplitter, clean_line, parse_line
+from watchdog.sources.logparse import LineSplitter, clean_line, parse_line, split_records
 from watchdog.window import Window
 
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if _looks_like_timeline(data):
         try:
-            return _timeline(Path(path), sigs, args.json, recorded=None, thresholds=Thresholds())
+            return _timeline(Path(path), sigs, args.json, recorded=None, thresholds=_beside(path))
         except ValueError as exc:
             print(f"hang-watchdog replay: {path}: {exc}", file=sys.stderr)
             return 2
@@ -84,6 +84,18 @@ def _bundle(root: Path, sigs: SignatureSet, as_json: bool) -> int:
     except (OSError, ValueError) as exc:
         print(f"hang-watchdog replay: {root / 'timeline.jsonl'}: {exc}", file=sys.stderr)
         return 2
+
+
+def _beside(path: str) -> Thresholds:
+    """A timeline inside a bundle is replayed with the thresholds its daemon used."""
+    doc = Path(path).parent / "incident.json" if path != "-" else None
+    if doc is None or not doc.is_file():
+        return Thresholds()
+    try:
+        env = json.loads(doc.read_text(encoding="utf-8")).get("environment") or {}
+    except (OSError, ValueError):
+        return Thresholds()
+    return _thresholds(env.get("watchdog", {}).get("thresholds") if isinstance(env, dict) else None)
 
 
 def _thresholds(raw: Any) -> Thresholds:
@@ -148,11 +160,8 @@ def _plain_log(data: bytes, sigs: SignatureSet, as_json: bool) -> int:
     keep = sigs.log_keep_pattern()
     splitter = LineSplitter()
     lines = splitter.feed(data) + [x for x in [splitter.flush()] if x]
-    events = [
-        ev
-        for ev in (parse_line(clean_line(raw), "replay", keep) for raw in lines)
-        if ev is not None
-    ]
+    records = [rec for raw in lines for rec in split_records(clean_line(raw))]
+    events = [ev for ev in (parse_line(rec, "replay", keep) for rec in records) if ev is not None]
     matches = name_signatures(events, sigs)
     if as_json:
         print(

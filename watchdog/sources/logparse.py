@@ -183,6 +183,22 @@ _TRUNCATED = " …[truncated]"
 _EOL = re.compile(rb"\r\n|\r|\n")
 
 
+# A tqdm redraw has no newline after it, so the next log record lands on the same physical line
+# ("...| 0/768 [00:00<?, ...]2026-11-30 08:08:29,185 - INFO - ... flashinfer.jit: Fetching").
+_GLUED = re.compile(
+    r"(?<=\])[ \t]*(?=\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}"
+    r"|\([A-Za-z][\w:.-]* pid=\d+\) "
+    r"|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL) \d{2}-\d{2} \d{2}:)"
+)
+
+
+def split_records(line: str) -> list[str]:
+    """One physical line as the log records glued into it (usually just the line)."""
+    if "]" not in line:
+        return [line]
+    return [part for part in _GLUED.split(line) if part.strip()] or [line]
+
+
 class LineSplitter:
     """Bytes from a pipe or file in, complete text lines out, with bounded memory.
 

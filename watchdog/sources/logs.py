@@ -15,7 +15,7 @@ from typing import BinaryIO, Protocol
 
 from watchdog.model import LogEvent
 from watchdog.sources.base import SourceHealth
-from watchdog.sources.logparse import LineSplitter, clean_line, parse_line
+from watchdog.sources.logparse import LineSplitter, clean_line, parse_line, split_records
 
 _CHUNK = 65536
 _TAIL_LINE_CHARS = 8192  # keeps the incident-bundle tail small even with huge lines
@@ -258,9 +258,10 @@ class LogSource:
                 if not line:
                     continue
                 self._tail.append(line[:_TAIL_LINE_CHARS])
-                event = parse_line(line, source=reader.name, keep=self._keep)
-                if event is not None:
-                    events.append(event)
+                for record in split_records(line):
+                    event = parse_line(record, source=reader.name, keep=self._keep)
+                    if event is not None:
+                        events.append(event)
             events.extend(self._held_bars(reader))
             if reader.error:
                 errors.append(reader.error)
