@@ -4,7 +4,6 @@ package metadata on a temp sys.path, and a loopback HTTP server standing in for 
 from __future__ import annotations
 
 import http.server
-import ipaddress
 import os
 import shutil
 import socket
@@ -32,28 +31,6 @@ Built on Fri_Feb_21_20:23:50_PST_2025
 Cuda compilation tools, release {rel}, V{rel}.93
 Build cuda_{rel}.r{rel}/compiler.35583870_0
 """  # format from flashinfer #1919 (a real `nvcc --version` for 12.8)
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail any test that tries to reach a non-loopback address (e.g. the real CDN)."""
-    real_connect = socket.socket.connect
-    real_getaddrinfo = socket.getaddrinfo
-
-    def connect(self: socket.socket, address: object) -> object:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            host = address[0]  # type: ignore[index]
-            if not ipaddress.ip_address(host).is_loopback:
-                raise AssertionError(f"test tried to contact {host}")
-        return real_connect(self, address)  # type: ignore[arg-type]
-
-    def getaddrinfo(host: object, *args: object, **kw: object) -> object:
-        if host not in ("127.0.0.1", "localhost", "::1", None):
-            raise AssertionError(f"test tried to resolve {host}")
-        return real_getaddrinfo(host, *args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
 def gpus(*ccs: str, fabric: dict[int, FabricInfo | None] | None = None) -> FakeGpuBackend:

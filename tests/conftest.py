@@ -1,0 +1,30 @@
+"""Suite-wide guards: tests talk only to 127.0.0.1 / ::1, never to any other address."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail any test that tries to reach a non-loopback address (e.g. the real CDN)."""
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(self: socket.socket, address: object) -> object:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]  # type: ignore[index]
+            if not ipaddress.ip_address(host).is_loopback:
+                raise AssertionError(f"test tried to contact {host}")
+        return real_connect(self, address)  # type: ignore[arg-type]
+
+    def getaddrinfo(host: object, *args: object, **kw: object) -> object:
+        if host not in ("127.0.0.1", "localhost", "::1", None):
+            raise AssertionError(f"test tried to resolve {host}")
+        return real_getaddrinfo(host, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
