@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from watchdog.classify import Thresholds, classify
 from watchdog.config import Config
 from watchdog.emit import Emitter
-from watchdog.model import Observation, ProcSnapshot, StackSample, Verdict
+from watchdog.model import LogEvent, Observation, ProcSnapshot, StackSample, Verdict
 from watchdog.signatures import SignatureSet
 from watchdog.sources.procenv import read_environ
 from watchdog.window import Window
@@ -89,6 +89,11 @@ class Daemon:
         self.verdict: Verdict | None = None
         self.stats = LoopStats()
         self._pending_stacks: tuple[StackSample, ...] = ()
+        self._injected: list[LogEvent] = []
+
+    def inject(self, event: LogEvent) -> None:
+        """An event a hook observed itself (the idle canary) goes into the next observation."""
+        self._injected.append(event)
 
     def attach_stacks(self, stacks: tuple[StackSample, ...]) -> None:
         """Stack dumps that finished in the background go into the next observation."""
@@ -113,7 +118,7 @@ class Daemon:
             t=self.clock(),
             wall=self.wall(),
             gpus=tuple(gpus),
-            logs=tuple(_safe(s.logs, lambda: s.logs.poll()) or ()),
+            logs=tuple(_safe(s.logs, lambda: s.logs.poll()) or ()) + tuple(self._injected),
             vllm=_safe(s.vllm, lambda: s.vllm.poll()),
             procs=procs,
             conns=tuple(_safe(s.conns, lambda: s.conns.poll(pids, environ)) or ()),
@@ -122,6 +127,7 @@ class Daemon:
             sources={src.name: bool(src.health.up) for src in s.all() if hasattr(src, "health")},
         )
         self._pending_stacks = ()
+        self._injected = []
         return obs
 
     def tick(self) -> Verdict:

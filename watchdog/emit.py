@@ -52,7 +52,24 @@ class Emitter:
         if self.fmt == "json":
             self.event("verdict", verdict.title or verdict.reason, verdict=to_dict(verdict))
             return
-        self.event("verdict", format_verdict(verdict).replace("\n", "\n    "))
+        self.event("verdict", one_line(verdict))
+
+
+def one_line(v: Verdict) -> str:
+    """A verdict as one stderr line: state, cause, evidence and fix, separated by ' | '."""
+    head = (
+        f"{v.state}: {v.signature} ({v.confidence:.2f}) {v.title}"
+        if v.signature
+        else f"{v.state}: {v.reason}"
+    )
+    parts = [head]
+    if v.evidence:
+        parts.append("evidence: " + "; ".join(f"[{e.source}] {e.detail}" for e in v.evidence))
+    if v.fix:
+        parts.append(f"fix: {v.fix}")
+    if v.commands:
+        parts.append("run: " + " ;; ".join(v.commands))
+    return " | ".join(p.replace("\n", " ") for p in parts)
 
 
 def format_verdict(v: Verdict) -> str:

@@ -37,6 +37,7 @@ class Progress:
     read_bytes: int | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     target_pid: int | None = None
+    canary_since: float | None = None  # an idle-canary request got no answer; sent at this time
 
 
 class Window:
@@ -125,6 +126,13 @@ class Window:
             p.stats_pending = running + waiting > 0
             if float(f.get("prompt_tps") or 0) > 0 or float(f.get("gen_tps") or 0) > 0:
                 self._advance(t, "throughput in the stats line")
+        elif ev.kind == "canary":
+            # A request the watchdog sent itself: unanswered, it is work pending since it was sent.
+            if f.get("timed_out"):
+                p.canary_since = t - float(f.get("waited_s") or 0.0)
+            else:
+                p.canary_since = None
+                self._advance(t, "canary request answered")
         elif ev.kind == "jit" and f.get("action") in ("downloaded", "loading"):
             self._advance(t, "FlashInfer fetched a file")
 
@@ -141,10 +149,10 @@ class Window:
             p.counters[name] = value  # a drop means a restart: the new value is the new baseline
         if v.running is not None or v.waiting is not None:
             p.metrics_pending = (v.running or 0) + (v.waiting or 0) > 0
-        if (
-            p.phase in ("starting", "compiling", "capturing")
-            and (p.counters.get("iterations") or 0) > 0
-        ):
+        # vLLM's API server answers only once the engine is up, so /health 200 means ready even
+        # when the watchdog attached after the startup lines went by.
+        served = (p.counters.get("iterations") or 0) > 0 or v.health_status == 200
+        if p.phase in ("starting", "compiling", "capturing") and served:
             self._set_phase("ready", obs.t)
 
     def _read_bytes(self, obs: Observation) -> None:
@@ -166,6 +174,9 @@ class Window:
         # /metrics can read running=0 during a hang (vllm #46811), so the stats line counts too.
         if not why and p.stats_pending:
             why = "requests running or waiting (stats line)"
+        since = t
+        if not why and p.canary_since is not None:
+            why, since = "a canary request got no answer", p.canary_since
         if why and not p.pending:
-            p.pending_since = t
+            p.pending_since = since
         p.pending, p.pending_why = bool(why), why

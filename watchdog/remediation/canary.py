@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from watchdog.model import Observation, Verdict
+from watchdog.model import LogEvent, Observation, Verdict
 
 log = logging.getLogger("hang_watchdog.remediation")
 
@@ -57,9 +57,12 @@ class CanaryHook:
             self._thread.start()
 
     def _send(self) -> None:
-        body = {"prompt": "ok", "max_tokens": 1, "temperature": 0}
+        body: dict[str, Any] = {"prompt": "ok", "max_tokens": 1, "temperature": 0}
         try:
             with self._client_factory(self.timeout_s) as client:
+                model = _served_model(client, self.url.rsplit("/", 1)[0] + "/models")
+                if model:
+                    body["model"] = model  # older vLLM requires it
                 resp = client.post(self.url, json=body)
             self._result = "ok" if resp.status_code == 200 else f"error: HTTP {resp.status_code}"
         except httpx.TimeoutException:
@@ -72,6 +75,14 @@ class CanaryHook:
             return
         result, self._thread, self._result = self._result or "error: no result", None, None
         self.results.append(result)
+        daemon.inject(
+            LogEvent(
+                kind="canary",
+                line=f"canary completion: {result}",
+                source="canary",
+                fields={"timed_out": result == "timeout", "waited_s": self.timeout_s},
+            )
+        )
         if result == "timeout":
             msg = (
                 f"idle server did not answer a max_tokens=1 completion within "
@@ -81,3 +92,13 @@ class CanaryHook:
             daemon.emitter.event("canary", msg, outcome="stalled", url=self.url)
         elif result != "ok":
             daemon.emitter.event("canary", f"canary request failed: {result}", outcome="error")
+
+
+def _served_model(client: httpx.Client, url: str) -> str | None:
+    """The first model id from /v1/models; None when the listing is unavailable."""
+    try:
+        data = client.get(url).json().get("data") or []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    first = data[0] if data and isinstance(data[0], dict) else {}
+    return first.get("id") if isinstance(first.get("id"), str) else None

@@ -1,0 +1,85 @@
+"""The idle canary: a server wedged while idle answers /health but not a 1-token completion."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tests import simfixtures
+from tests.obsbuilder import Timeline, gpu, window_of
+from tests.simfixtures import SimHandle
+from watchdog.classify import Thresholds, classify
+from watchdog.config import build_config
+from watchdog.model import LogEvent, VllmSample
+from watchdog.signatures import load_signatures
+from watchdog.wiring import build
+
+sim_factory = simfixtures.sim_factory
+SIGS = load_signatures()
+IDLE_API = VllmSample(up=True, health_status=200, iterations=10.0, running=0.0, waiting=0.0)
+
+
+def _canary(timed_out: bool) -> LogEvent:
+    fields = {"timed_out": timed_out, "waited_s": 30.0}
+    return LogEvent(kind="canary", line="canary completion", source="canary", fields=fields)
+
+
+def test_an_unanswered_canary_is_work_pending_since_it_was_sent() -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), vllm=IDLE_API)
+    tl.ticks(40)  # idle for a while, then the canary goes unanswered
+    tl.tick(logs=(_canary(True),))
+    w = window_of(tl.obs)
+    assert w.progress.pending and "canary" in w.progress.pending_why
+    verdict = classify(w, SIGS, Thresholds())
+    assert verdict.state == "stalled", verdict  # sent 30 s ago: past stall_after_s at once
+    assert verdict.seconds_since_progress is not None and verdict.seconds_since_progress >= 15
+
+
+def test_an_answered_canary_is_progress_and_clears_the_stall() -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), vllm=IDLE_API)
+    tl.ticks(40)
+    tl.tick(logs=(_canary(True),))
+    tl.tick(logs=(_canary(False),))
+    w = window_of(tl.obs)
+    assert not w.progress.pending
+    assert classify(w, SIGS, Thresholds()).state == "idle"
+
+
+def test_idle_wedged_server_is_caught_by_the_canary(
+    tmp_path: Path, sim_factory: Callable[..., SimHandle]
+) -> None:
+    """No load, /health 200, /metrics idle: only the canary can tell it is wedged."""
+    sim = sim_factory("kernel_deadlock", mode="serve", extra_args=["--load", "0", "--cc", "10.0"])
+    cfg = build_config(
+        {
+            "pid": sim.pid,
+            "vllm_url": f"http://127.0.0.1:{sim.port}",
+            "gpu_source": f"file:{sim.gpu_file}",
+            "cdn_default": False,
+            "metrics_addr": "off",
+            "stacks": False,
+            "canary": True,
+            "canary_idle_s": 2.0,
+            "canary_timeout_s": 3.0,
+            "stall_after_s": 6.0,
+            "suspect_after_s": 3.0,
+            "gpu_spin_for_s": 4.0,
+        }
+    )
+    built = build(cfg)
+    states: list[str] = []
+    try:
+        deadline = time.monotonic() + 90
+        verdict = None
+        while time.monotonic() < deadline:
+            verdict = built.daemon.tick()
+            states.append(verdict.state)
+            if verdict.is_hang:
+                break
+            time.sleep(0.5)
+    finally:
+        built.close()
+    assert "idle" in states, states  # it looked idle before the canary
+    assert verdict is not None and verdict.is_hang, states[-10:]
+    assert verdict.signature == "gpu_kernel_spin", verdict
