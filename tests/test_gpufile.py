@@ -193,3 +193,19 @@ def test_unreadable_path_is_down_with_the_os_error(tmp_path: Path, clock: FakeCl
     source = GpuFileSource(tmp_path, clock=clock)  # a directory, not a file
     assert source.poll() == ()
     assert f"cannot read GPU samples from {tmp_path}" in (source.health.last_error or "")
+
+
+def test_a_growing_staleness_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """'no samples for 12 s', '... 13 s', ... is one error, not one warning per tick."""
+    from watchdog.sources.base import SourceHealth
+
+    health = SourceHealth("gpu")
+    with caplog.at_level("WARNING", logger="hang_watchdog.sources"):
+        for seconds in range(12, 40):
+            health.down(f"no GPU samples in {tmp_path}/gpu.jsonl for {seconds} s")
+        health.down("GPU sample file is unreadable")
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings
+    assert health.last_error == "GPU sample file is unreadable" and not health.up

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Protocol
 
 log = logging.getLogger("hang_watchdog.sources")
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
 
 
 class SourceHealth:
@@ -27,8 +29,10 @@ class SourceHealth:
     def down(self, error: str) -> None:
         self.up = False
         self.last_error = error
-        if error not in self._seen:
-            self._seen.add(error)
+        # "no samples for 12 s" and "... for 13 s" are the same error: numbers do not count.
+        key = _DIGITS.sub("N", error)
+        if key not in self._seen:
+            self._seen.add(key)
             self._log.warning("source %s is down: %s", self.name, error)
 
 
