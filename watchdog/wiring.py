@@ -218,7 +218,7 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
 
 def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
     try:
-        from watchdog.remediation.hook import make_remediation_hook
+        from watchdog.remediation.factory import make_remediation_hook
     except ImportError:
         return
     hook: Hook | None = make_remediation_hook(cfg, sigs, built)

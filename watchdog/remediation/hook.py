@@ -14,15 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from watchdog.config import Config, ConfigError
+from watchdog.config import Config
 from watchdog.model import Observation, Verdict
 from watchdog.remediation.canary import CanaryHook
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import (
     Restarter,
     RestartError,
-    SuperviseRestarter,
-    make_restarter,
 )
 from watchdog.remediation.state import StateError, StateStore
 from watchdog.remediation.verify import Outcome, SmokeTest, Verifier
@@ -338,43 +336,3 @@ class RemediationHook:
         except OSError as exc:
             log.error("could not save the remediation state to %s: %s", self.store.path, exc)
         self._mtime = self._stat()
-
-
-def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
-    """The hook for `cfg` (None when remediation, dry run and canary are all off)."""
-    if not (cfg.remediate or cfg.dry_run or cfg.canary):
-        return None
-    canary = None
-    if cfg.canary:
-        if not cfg.vllm_url:
-            raise ConfigError("key 'canary': needs vllm_url (the server's OpenAI-compatible API)")
-        canary = CanaryHook(cfg.vllm_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s)
-    if not (cfg.remediate or cfg.dry_run):
-        return canary
-    store = StateStore(cfg.state_dir)
-    try:
-        state = store.load()
-    except StateError as exc:
-        raise ConfigError(f"key 'state_dir': {exc}") from exc
-    restarter = make_restarter(cfg, built)
-    if isinstance(restarter, SuperviseRestarter) and state.active and not cfg.dry_run:
-        restarter.apply_at_start(state.active)
-        built.daemon.emitter.event(
-            "remediation",
-            f"fallback still active: {','.join(state.active.get('fallbacks') or [])}; {CLEAR_HINT}",
-            outcome="active",
-        )
-
-    def busy(on: bool) -> None:
-        built.restarting = on
-
-    return RemediationHook(
-        cfg,
-        sigs,
-        restarter=restarter,
-        store=store,
-        metrics=built.metrics,
-        episodes=built.episodes,
-        busy=busy,
-        canary=canary,
-    )
