@@ -9,7 +9,6 @@ FROM ${BASE_IMAGE}
 ARG VERSION=dev
 LABEL org.opencontainers.image.title="hang-watchdog" \
       org.opencontainers.image.description="Tells operators that a vLLM server is hung, why, and what to do" \
-      org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}"
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
