@@ -333,10 +333,12 @@ def _bar_fields(m: re.Match[str]) -> dict[str, Any]:
 def _bars(msg: str) -> _Parsed | None:
     if "it" not in msg and "Completed" not in msg:
         return None
-    m = _LOADING.search(msg)
+    # Cheap substring guards first: the bar regexes scan from every position of the line.
+    m = _LOADING.search(msg) if "% Completed |" in msg else None
     if m is not None:
         return "loading", _bar_fields(m)
-    m = _BAR.search(msg) or _BAR_NOTOTAL.search(msg)
+    m = _BAR.search(msg) if "%|" in msg else None
+    m = m or (_BAR_NOTOTAL.search(msg) if "it [" in msg else None)
     if m is None:
         return None
     fields = _bar_fields(m)
