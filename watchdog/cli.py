@@ -61,7 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="hang-watchdog", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = _Parser(
+        prog="hang-watchdog",
+        description="Tells operators that an LLM inference server (vLLM first) is hung, why, "
+        "and what to do; restarts it with a fallback when allowed.",
+        epilog="Exit codes: 0 ok, 1 hang found or check failed, 2 usage or config error.",
+    )
     parser.add_argument("--version", action="version", version=f"hang-watchdog {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
