@@ -29,8 +29,14 @@ def _what(doc: Mapping[str, Any], v: Mapping[str, Any]) -> list[str]:
         "## What is wrong",
         "",
         f"- State `{v.get('state')}`, signature `{name}`, confidence {v.get('confidence')}",
-        f"- No progress for {v.get('seconds_since_progress')} s. {v.get('reason') or ''}".rstrip(),
+        f"- {_since(v.get('seconds_since_progress'))}{v.get('reason') or ''}".rstrip(),
     ]
+
+
+def _since(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return ""
+    return f"No progress for {seconds:.0f} s. "
 
 
 def _why(doc: Mapping[str, Any]) -> list[str]:
