@@ -112,10 +112,6 @@ class Config:
     canary_idle_s: float = _f(120.0, "idle this long before a canary", lo=1)
     canary_timeout_s: float = _f(30.0, "canary request timeout", lo=1)
 
-    @property
-    def hosts(self) -> list[str]:
-        return self.cdn_hosts
-
 
 KEYS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)}
 

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from watchdog.classify import Thresholds, classify
@@ -22,12 +22,6 @@ from watchdog.sources.procenv import read_environ
 from watchdog.window import Window
 
 log = logging.getLogger("hang_watchdog.daemon")
-
-
-class Polled(Protocol):
-    name: str
-
-    def poll(self, *args: Any) -> Any: ...
 
 
 class Hook(Protocol):
@@ -63,7 +57,6 @@ class LoopStats:
     last_loop_end: float | None = None
     last_duration_s: float = 0.0
     errors: int = 0
-    pending_stacks: tuple[StackSample, ...] = field(default_factory=tuple)
 
 
 class Daemon:
@@ -110,7 +103,10 @@ class Daemon:
         )
         target = procs.target_pid if procs is not None and procs.alive else None
         facts = dict(_safe(s.facts, lambda: s.facts.poll(target)) or {})
-        environ = read_environ(target) if s.conns is not None and target is not None else None
+        # The facts source reads the target's environment each tick already; reuse it.
+        environ = facts.get("environ")
+        if environ is None and s.conns is not None and target is not None:
+            environ = read_environ(target)
         gpus = _safe(s.gpu, lambda: s.gpu.poll()) or ()
         if gpus:
             facts = {**facts, "gpu_cc": sorted({g.cc for g in gpus if g.cc})}
@@ -205,7 +201,3 @@ def _safe(source: Any, call: Callable[[], Any]) -> Any:
             health.down(f"unexpected error: {exc!r}")
         log.debug("source %s raised", getattr(source, "name", source), exc_info=True)
         return None
-
-
-def with_stacks(obs: Observation, stacks: tuple[StackSample, ...]) -> Observation:
-    return replace(obs, stacks=stacks)

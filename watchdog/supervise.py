@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO
 
@@ -143,14 +142,3 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
     except PermissionError:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-
-
-def wait_exit(sup: Supervisor, timeout_s: float) -> int | None:
-    """Wait for the child to exit on its own (used when the watchdog shuts down)."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        code = sup.returncode()
-        if code is not None:
-            return code
-        time.sleep(0.05)
-    return sup.returncode()
