@@ -39,6 +39,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it does not exit within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 class Prometheus:
     """The real `prometheus` binary on 127.0.0.1 with the shipped rules, for one test."""
 
@@ -90,12 +100,7 @@ class Prometheus:
         return list(body["data"]["alerts"])
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        _stop(self.proc)
         self.log.close()
 
 
@@ -244,12 +249,7 @@ class Watchdog:
         )
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        _stop(self.proc)
         self.log.close()
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import logging
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from watchdog import __version__
@@ -126,13 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _feature(sub: Any, name: str, module: str, help: str) -> None:
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as exc:  # pragma: no cover - all ship with the package
-        logging.getLogger("hang_watchdog").debug("command %s unavailable: %s", name, exc)
-        return
+    """A subcommand whose flags and body live in `module` (`add_arguments`, `run`)."""
+    mod = importlib.import_module(module)
     p = sub.add_parser(name, help=help, description=help)
     mod.add_arguments(p)
     p.set_defaults(func=mod.run)
@@ -284,7 +281,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def cmd_signatures(args: argparse.Namespace) -> int:
     if args.check:
-        load_file(_path(args.check))
+        load_file(Path(args.check))
         print(f"{args.check}: ok")
         return 0
     sigs = load_signatures(args.signatures)
@@ -293,12 +290,6 @@ def cmd_signatures(args: argparse.Namespace) -> int:
     for k in sigs.known_bad:
         print(f"known_bad {k.id:40s} {k.severity:5s} {k.title}")
     return 0
-
-
-def _path(p: str) -> Any:
-    from pathlib import Path
-
-    return Path(p)
 
 
 def _on_signals(stop: threading.Event) -> None:

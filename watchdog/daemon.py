@@ -108,7 +108,7 @@ class Daemon:
         if environ is None and s.conns is not None and target is not None:
             environ = read_environ(target)
         gpus = _safe(s.gpu, lambda: s.gpu.poll()) or ()
-        if gpus:
+        if gpus:  # recorded in the timeline; survives a restart of the server (window.py)
             facts = {**facts, "gpu_cc": sorted({g.cc for g in gpus if g.cc})}
         obs = Observation(
             t=self.clock(),

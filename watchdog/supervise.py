@@ -96,6 +96,10 @@ class Supervisor:
             _signal_group(child.pid, signal.SIGKILL)
             return child.wait(timeout=10)
 
+    def partials(self) -> list[str]:
+        """The current child's unterminated last lines (a frozen tqdm bar)."""
+        return [p for r in self._readers for p in r.partials()]
+
     def reader(self) -> SupervisedReader:
         return SupervisedReader(self)
 
@@ -128,7 +132,7 @@ class SupervisedReader:
         return self._sup.lines()
 
     def partials(self) -> list[str]:
-        return [p for r in self._sup._readers for p in r.partials()]
+        return self._sup.partials()
 
     def close(self) -> None:
         self._sup.close()

@@ -131,10 +131,8 @@ def _conns(cfg: Config) -> Any:
 
 
 def _facts(cfg: Config) -> Any:
-    try:
-        from watchdog.sources.facts import FactsSource
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return None
+    from watchdog.sources.facts import FactsSource
+
     return FactsSource()
 
 
@@ -217,10 +215,8 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
 
 
 def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
-    try:
-        from watchdog.remediation.factory import make_remediation_hook
-    except ImportError:
-        return
+    from watchdog.remediation.factory import make_remediation_hook
+
     hook: Hook | None = make_remediation_hook(cfg, sigs, built)
     if hook is not None:
         built.daemon.hooks.append(hook)

@@ -11,16 +11,9 @@ from collections.abc import Mapping, Sequence
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
 from watchdog.sigmodel import KnownBad
-from watchdog.sources.facts import trtllm_attention
 
 # The fields of `watchdog.signatures.KnownBad` that pre-flight reads: the type itself.
 KnownBadLike = KnownBad
-
-
-def trtllm_setting(argv: Sequence[str], environ: Mapping[str, str]) -> bool | None:
-    """Whether the server forces TRTLLM attention on (True), off (False) or auto-detects (None);
-    the same parser the runtime uses on the live server's command line."""
-    return trtllm_attention(argv, environ)
 
 
 def check_versions(

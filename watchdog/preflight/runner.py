@@ -22,6 +22,7 @@ from watchdog.preflight.checks_gpu import GpuInventory, check_gpus, collect_gpus
 from watchdog.preflight.checks_versions import KnownBadLike
 from watchdog.preflight.report import CheckResult, failed
 from watchdog.pyenv import PyEnvError, package_versions
+from watchdog.sources.facts import trtllm_attention
 from watchdog.sources.gpu import GpuBackend
 
 
@@ -86,7 +87,7 @@ def run_checks(
         known_bad, kerr = load_known_bad()
         if kerr:
             results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
-    trtllm = checks_versions.trtllm_setting(opts.server_args, opts.environ)
+    trtllm = trtllm_attention(opts.server_args, opts.environ)
     results += checks_versions.check_known_bad(known_bad, versions, inv, trtllm)
     results += _toolchain(opts, inv, versions)
     results += _cubins(opts, versions)
