@@ -157,11 +157,26 @@ def test_match_chooses_oldest_and_skips_watchdog_itself(spawn: Spawn) -> None:
     assert MatchTarget(tag, self_pid=old.pid).find() == new.pid
 
 
-def test_match_never_returns_self_or_ancestors() -> None:
-    me = psutil.Process()
-    mine = {me.pid, *(p.pid for p in me.parents())}
-    found = MatchTarget(".").find()
-    assert found is not None and found not in mine
+def test_match_never_returns_self_or_ancestors(spawn: Spawn) -> None:
+    # A tagged parent with a tagged child stands in for the watchdog and its launcher;
+    # a younger tagged sibling is the only process that may be chosen.
+    tag = f"hwtest-{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)  # {tag}'])\n"
+        "time.sleep(600)\n"
+        f"# {tag}"
+    )
+    parent = spawn([sys.executable, "-c", code])
+    child = wait_for(lambda: next(iter(psutil.Process(parent.pid).children()), None))
+    wait_for(lambda: tag in " ".join(child.cmdline()))
+    assert MatchTarget(tag, self_pid=child.pid).find() is None
+    time.sleep(0.05)  # create_time has 10 ms resolution
+    sibling = spawn([sys.executable, "-c", f"import time; time.sleep(600)  # {tag}"])
+    wait_for(lambda: tag in " ".join(psutil.Process(sibling.pid).cmdline()))
+    assert MatchTarget(tag, self_pid=child.pid).find() == sibling.pid
+    # Without the exclusion the oldest root, the parent, would win.
+    assert MatchTarget(tag, self_pid=os.getpid()).find() == parent.pid
 
 
 def test_match_bad_regex_is_a_clear_error() -> None:
