@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from watchdog.signatures import load_signatures
-from watchdog.sources.logparse import LineSplitter, clean_line, parse_line, split_records
+from watchdog.sources.linesplit import LineSplitter, split_records
+from watchdog.sources.logparse import clean_line, parse_line
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs"
 

@@ -27,7 +27,8 @@ from watchdog.model import (
     VllmSample,
 )
 from watchdog.signatures import SignatureSet, load_signatures
-from watchdog.sources.logparse import LineSplitter, parse_line
+from watchdog.sources.linesplit import LineSplitter
+from watchdog.sources.logparse import parse_line
 from watchdog.window import Window
 
 DATA = Path(__file__).resolve().parent / "data"

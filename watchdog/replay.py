@@ -18,7 +18,8 @@ from watchdog.emit import format_verdict
 from watchdog.logverdict import name_signatures
 from watchdog.model import Verdict, to_dict
 from watchdog.signatures import SignatureError, SignatureSet, load_signatures
-from watchdog.sources.logparse import LineSplitter, clean_line, parse_line, split_records
+from watchdog.sources.linesplit import LineSplitter, split_records
+from watchdog.sources.logparse import clean_line, parse_line
 from watchdog.window import Window
 
 

@@ -15,7 +15,8 @@ from typing import BinaryIO, Protocol
 
 from watchdog.model import LogEvent
 from watchdog.sources.base import SourceHealth
-from watchdog.sources.logparse import LineSplitter, clean_line, parse_line, split_records
+from watchdog.sources.linesplit import LineSplitter, split_records
+from watchdog.sources.logparse import clean_line, parse_line
 
 _CHUNK = 65536
 _TAIL_LINE_CHARS = 8192  # keeps the incident-bundle tail small even with huge lines
