@@ -8,7 +8,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog.export import MetricsServer, MetricsSink, parse_addr
+from watchdog.export import MetricsSink
+from watchdog.metrics_http import MetricsServer, parse_addr
 from watchdog.metrics_table import METRICS, STACK_RESULTS
 from watchdog.model import STATES, Connection, GpuSample, Observation, Verdict
 

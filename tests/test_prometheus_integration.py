@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from tests.simfixtures import cdn_factory, sim_env, sim_factory  # noqa: F401 (fixtures)
-from watchdog.export import MetricsServer, MetricsSink
+from watchdog.export import MetricsSink
+from watchdog.metrics_http import MetricsServer
 from watchdog.model import Connection, GpuSample, Observation, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -137,7 +137,8 @@ def _facts(cfg: Config) -> Any:
 
 
 def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
-    from watchdog.export import MetricsServer, MetricsSink, parse_addr
+    from watchdog.export import MetricsSink
+    from watchdog.metrics_http import MetricsServer, parse_addr
 
     try:
         addr = parse_addr(cfg.metrics_addr)
