@@ -20,6 +20,7 @@ from watchdog.export import MetricsSink
 from watchdog.model import Observation, ProcSnapshot, Verdict
 from watchdog.remediation import cli as fallback_cli
 from watchdog.remediation.hook import RemediationHook
+from watchdog.remediation.limits import Gate, gate
 from watchdog.remediation.plan import PlanError, make_plan, parse_version
 from watchdog.remediation.restarters import (
     KubernetesRestarter,
@@ -27,7 +28,7 @@ from watchdog.remediation.restarters import (
     terminate,
     write_env_file,
 )
-from watchdog.remediation.state import StateError, StateStore
+from watchdog.remediation.state import RemediationState, StateError, StateStore
 from watchdog.signatures import load_signatures
 
 SIGS = load_signatures()
@@ -347,3 +348,18 @@ def test_waits_for_the_incident_bundle_before_acting(tmp_path: Path) -> None:
     hook.episodes.episode.incident_signature = "trtllm_attention_deadlock"
     hook.on_tick(obs(2.0), hang(), daemon)
     wait_for(lambda: len(restarter.calls) == 1)
+
+
+def test_gate_cooldown_then_cap_latches_and_exhausted_blocks() -> None:
+    limits = {"cooldown_s": 300.0, "window_s": 3600.0, "max_restarts": 2}
+    state = RemediationState(restarts=[1000.0])
+    assert gate(state, 1100.0, **limits).blocked.startswith("cooldown: last restart 100 s ago")
+    assert gate(state, 1400.0, **limits) == Gate()  # cooled down, under the cap
+    state.restarts.append(1400.0)
+    capped = gate(state, 1800.0, **limits)
+    assert capped.exhausts == "2 restarts within 3600 s (max_restarts 2)"
+    assert capped.blocked == f"remediation exhausted: {capped.exhausts}"
+    assert gate(state, 1000.0 + 3600.0 + 1, **limits) == Gate()  # the first fell out of the window
+    state.exhausted, state.exhausted_reason = True, capped.exhausts
+    latched = gate(state, 99999.0, **limits)
+    assert "fallback clear" in latched.blocked and not latched.exhausts

@@ -6,7 +6,8 @@ from typing import Any
 
 from watchdog.config import Config, ConfigError
 from watchdog.remediation.canary import CanaryHook
-from watchdog.remediation.hook import CLEAR_HINT, RemediationHook
+from watchdog.remediation.hook import RemediationHook
+from watchdog.remediation.limits import CLEAR_HINT
 from watchdog.remediation.restarters import SuperviseRestarter, make_restarter
 from watchdog.remediation.state import StateError, StateStore
 from watchdog.signatures import SignatureSet

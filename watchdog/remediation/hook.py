@@ -8,7 +8,6 @@ only looks at how they are doing, so the daemon loop never waits on them.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,38 +16,14 @@ from typing import Any
 from watchdog.config import Config
 from watchdog.model import Observation, Verdict
 from watchdog.remediation.canary import CanaryHook
+from watchdog.remediation.limits import gate
 from watchdog.remediation.plan import Plan, PlanError, make_plan
-from watchdog.remediation.restarters import (
-    Restarter,
-    RestartError,
-)
+from watchdog.remediation.restarters import Restarter, RestartJob
 from watchdog.remediation.state import StateError, StateStore
 from watchdog.remediation.verify import Outcome, SmokeTest, Verifier
 from watchdog.signatures import SignatureSet
 
 log = logging.getLogger("hang_watchdog.remediation")
-CLEAR_HINT = "clear it with `hang-watchdog fallback clear`"
-
-
-class _Job:
-    """One restart running in a background thread."""
-
-    def __init__(
-        self, restarter: Restarter, plan: Plan, pid: int | None, done: Callable[[], None]
-    ) -> None:
-        self.result: str | None = None
-        self.error: str | None = None
-
-        def work() -> None:
-            try:
-                self.result = restarter.restart(plan, pid)
-            except RestartError as exc:
-                self.error = str(exc)
-            finally:
-                done()
-
-        self.thread = threading.Thread(target=work, name="hang-watchdog-restart", daemon=True)
-        self.thread.start()
 
 
 class RemediationHook:
@@ -76,10 +51,10 @@ class RemediationHook:
             wall,
         )
         self.state = store.load()
-        self._mtime = self._stat()
+        self._mtime = self.store.stamp()
         self._handled: Any = None  # the episode already acted on
         self._said: set[tuple[Any, str]] = set()  # (episode, reason) skips already reported
-        self._job: _Job | None = None
+        self._job: RestartJob | None = None
         self._verifier: Verifier | None = None
         self._plan: Plan | None = None
         self._record: dict[str, Any] = {}
@@ -143,27 +118,26 @@ class RemediationHook:
         self._act(plan, obs, daemon)
 
     def _blocked(self, plan: Plan, daemon: Any) -> str:
-        """Why the safety rules forbid a restart now ("" when allowed)."""
-        if self.state.exhausted:
-            return f"remediation exhausted ({self.state.exhausted_reason}); {CLEAR_HINT}"
-        now = self.wall()
-        recent = self.state.recent(now, self.cfg.restart_window_s)
-        if recent and now - max(recent) < self.cfg.cooldown_s:
-            ago = now - max(recent)
-            return f"cooldown: last restart {ago:.0f} s ago (cooldown_s {self.cfg.cooldown_s:.0f})"
-        if len(recent) >= self.cfg.max_restarts:
-            cap, span = self.cfg.max_restarts, self.cfg.restart_window_s
-            reason = f"{len(recent)} restarts within {span:.0f} s (max_restarts {cap})"
-            self.state.exhausted, self.state.exhausted_reason = True, reason
+        """Why the limits forbid a restart now ("" when allowed); latches exhaustion once."""
+        cfg = self.cfg
+        verdict = gate(
+            self.state,
+            self.wall(),
+            cooldown_s=cfg.cooldown_s,
+            window_s=cfg.restart_window_s,
+            max_restarts=cfg.max_restarts,
+        )
+        if verdict.exhausts:
+            self.state.exhausted, self.state.exhausted_reason = True, verdict.exhausts
             self._save()
             self._export_state()
             daemon.emitter.event(
                 "remediation_exhausted",
-                f"{reason}: no more restarts until an operator runs `hang-watchdog fallback clear`",
+                f"{verdict.exhausts}: no more restarts until an operator runs "
+                "`hang-watchdog fallback clear`",
                 signature=plan.signature,
             )
-            return f"remediation exhausted: {reason}"
-        return ""
+        return verdict.blocked
 
     def _dry_run(self, plan: Plan, daemon: Any) -> None:
         self._metric(plan.action, "planned")
@@ -213,7 +187,7 @@ class RemediationHook:
         )
         pid = obs.procs.target_pid if obs.procs is not None else None
         self.busy(True)
-        self._job = _Job(self.restarter, plan, pid, lambda: self.busy(False))
+        self._job = RestartJob(self.restarter, plan, pid, lambda: self.busy(False))
 
     def _poll_job(self, obs: Observation, daemon: Any) -> None:
         job = self._job
@@ -311,15 +285,9 @@ class RemediationHook:
         for name in self.sigs.fallbacks:
             self.metrics.set_fallback_active(name, name in active)
 
-    def _stat(self) -> int | None:
-        try:
-            return self.store.path.stat().st_mtime_ns
-        except OSError:
-            return None
-
     def _reload_if_changed(self) -> None:
         """An operator may clear the file (`fallback clear`) while the watchdog runs."""
-        mtime = self._stat()
+        mtime = self.store.stamp()
         if mtime == self._mtime:
             return
         self._mtime = mtime
@@ -335,4 +303,4 @@ class RemediationHook:
             self.store.save(self.state)
         except OSError as exc:
             log.error("could not save the remediation state to %s: %s", self.store.path, exc)
-        self._mtime = self._stat()
+        self._mtime = self.store.stamp()

@@ -10,8 +10,9 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -257,3 +258,24 @@ def make_restarter(cfg: Config, built: Any) -> Restarter:
         return CommandRestarter(cfg.restart_command, cfg.fallback_file)
     except ValueError as exc:
         raise ConfigError(f"key 'restart_command': {exc}") from exc
+
+
+class RestartJob:
+    """One restart in a background thread: the daemon loop never waits on a stop grace."""
+
+    def __init__(
+        self, restarter: Restarter, plan: Plan, pid: int | None, done: Callable[[], None]
+    ) -> None:
+        self.result: str | None = None
+        self.error: str | None = None
+
+        def work() -> None:
+            try:
+                self.result = restarter.restart(plan, pid)
+            except RestartError as exc:
+                self.error = str(exc)
+            finally:
+                done()
+
+        self.thread = threading.Thread(target=work, name="hang-watchdog-restart", daemon=True)
+        self.thread.start()

@@ -46,6 +46,14 @@ class StateStore:
         self.dir = Path(state_dir)
         self.path = self.dir / STATE_FILE
 
+    def stamp(self) -> int | None:
+        """The file's modification time in ns (None when absent): `fallback clear` may
+        rewrite it while the watchdog runs."""
+        try:
+            return self.path.stat().st_mtime_ns
+        except OSError:
+            return None
+
     def load(self) -> RemediationState:
         """The saved state, or a fresh one when there is no file yet."""
         try:

@@ -1,0 +1,42 @@
+"""The restart limits as a pure rule: exhausted, cooldown, then the cap within a window.
+
+Blind restart loops are the failure peers ship (DLRover #1749 killed a job every 30 minutes
+forever), so the cap latches: once reached, nothing restarts until an operator clears it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from watchdog.remediation.state import RemediationState
+
+CLEAR_HINT = "clear it with `hang-watchdog fallback clear`"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether a restart may happen now; `exhausts` is set when this check reached the cap."""
+
+    blocked: str = ""  # why not ("" when allowed)
+    exhausts: str = ""  # the reason to latch into the state, once
+
+
+def gate(
+    state: RemediationState,
+    now: float,
+    *,
+    cooldown_s: float,
+    window_s: float,
+    max_restarts: int,
+) -> Gate:
+    """Check the limits against the persisted restart times (Unix seconds)."""
+    if state.exhausted:
+        return Gate(f"remediation exhausted ({state.exhausted_reason}); {CLEAR_HINT}")
+    recent = state.recent(now, window_s)
+    if recent and now - max(recent) < cooldown_s:
+        ago = now - max(recent)
+        return Gate(f"cooldown: last restart {ago:.0f} s ago (cooldown_s {cooldown_s:.0f})")
+    if len(recent) >= max_restarts:
+        reason = f"{len(recent)} restarts within {window_s:.0f} s (max_restarts {max_restarts})"
+        return Gate(f"remediation exhausted: {reason}", exhausts=reason)
+    return Gate()
