@@ -9,6 +9,7 @@ import pytest
 from tests.obsbuilder import (
     ALL_REDUCE_STACK,
     DOWNLOAD_STACK,
+    SERVER_PID,
     SYNC_STACK,
     Timeline,
     assert_never_hung,
@@ -377,3 +378,98 @@ def test_suspicious_comes_before_the_stall(sigs: SignatureSet) -> None:
     suspicious = next(o.t for o, v in pairs if v.suspicious)
     stalled = next(o.t for o, v in pairs if v.state == "stalled")
     assert suspicious - onset == th.suspect_after_s and stalled - onset == th.stall_after_s
+
+
+# --- stale or generic stack evidence must not outrank the cause -----------------------------
+
+SITE = "/usr/lib/python3.12/site-packages"
+SHM_DEQUEUE = (
+    ("Condition.wait", "/usr/lib/python3.12/threading.py"),
+    ("MessageQueue.dequeue", f"{SITE}/vllm/distributed/device_communicators/shm_broadcast.py"),
+)
+
+
+def _tp2(*worker: tuple[str, str]) -> tuple[StackSample, ...]:
+    """TP=2: the engine waits for its workers in shm_broadcast; worker 1 is in `worker`."""
+    engine = stack(*SHM_DEQUEUE, pid=SERVER_PID + 1)
+    return (engine, stack(*worker, pid=SERVER_PID + 2), stack(*SHM_DEQUEUE, pid=SERVER_PID + 3))
+
+
+def test_tp2_cubin_stall_is_not_taken_for_a_collective_hang(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    frozen_bar(tl, 30, stacks=_tp2(*DOWNLOAD_STACK))
+    v = final(tl.obs, sigs)
+    assert (v.state, v.signature) == ("hung", "cubin_download_stall")
+
+
+def test_tp2_gb300_deadlock_is_not_taken_for_a_collective_hang(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(spin(cc="10.3"),), procs=procs(), facts=dict(GB300_FACTS))
+    frozen_bar(tl, 40, stacks=_tp2(*SYNC_STACK))
+    v = final(tl.obs, sigs)
+    assert (v.state, v.signature) == ("hung", "trtllm_attention_deadlock")
+
+
+def test_engine_waiting_in_shm_broadcast_alone_is_no_collective_hang(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    frozen_bar(tl, 30, stacks=(stack(*SHM_DEQUEUE),))
+    v = final(tl.obs, sigs)
+    assert v.signature != "collective_hang" and v.state == "stalled"
+
+
+def test_a_collective_frame_that_moved_between_dumps_names_no_collective_hang(
+    sigs: SignatureSet,
+) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    frozen_bar(tl, 30, stacks=(stack(*ALL_REDUCE_STACK, unchanged=False),))
+    assert final(tl.obs, sigs).signature != "collective_hang"
+
+
+def test_qualified_frame_names_from_py_spy_match_by_function(sigs: SignatureSet) -> None:
+    # py-spy 0.4 on Python >= 3.11 prints `Class.method`; the rule names the function.
+    # A file no `files` pattern knows, so only the function name can match.
+    qualified = tuple(
+        (f"Loader.{name}", "/opt/app/vendored_fetch.py") for name, _ in DOWNLOAD_STACK
+    )
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    frozen_bar(tl, 30, stacks=(stack(*qualified),))
+    v = final(tl.obs, sigs)
+    assert v.signature == "cubin_download_stall"
+    assert any("Loader.download_file" in e.detail for e in v.evidence if e.source == "stacks")
+
+
+def test_stacks_from_before_the_server_moved_on_are_not_evidence(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(spin(),), procs=procs())
+    frozen_bar(tl, 30, stacks=(stack(*ALL_REDUCE_STACK),))
+    assert final(tl.obs, sigs).signature == "collective_hang"
+    # The batch finishes: the bar reaches 1/1 and the server goes on serving.
+    done = events(["Processed prompts: 100%|##########| 1/1 [00:31<00:00, 31.0s/it]"])
+    tl.tick(logs=done, gpus=(gpu(0.5, 0.4),))
+    tl.ticks(5, gpus=(gpu(0.5, 0.4),))
+    v = final(tl.obs, sigs)
+    assert not v.is_hang and v.signature is None
+
+
+def test_an_old_engine_dead_error_does_not_outlive_a_restart(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    tl.tick(logs=events(sample_lines("logs/e_vllm41647_apiserver_enginedeaderror.log"), sigs))
+    tl.ticks(3)
+    assert final(tl.obs, sigs).signature == "engine_dead"
+    tl.procs = procs(SERVER_PID + 100)  # the supervisor started a new server
+    tl.ticks(5)
+    v = final(tl.obs, sigs)
+    assert v.signature is None and v.state not in ("dead", "hung")
+
+
+def test_flashinfer_disabled_warning_on_a_serving_server_is_no_crash(sigs: SignatureSet) -> None:
+    warning = (
+        "(EngineCore pid=1) WARNING 11-30 08:00:00 [flashinfer.py:120] FlashInfer kernels are "
+        "disabled: flashinfer-cubin is not installed and nvcc (CUDA_HOME, CUDA_PATH, PATH or "
+        "/usr/local/cuda) or ninja (PATH) is missing."
+    )
+    tl = Timeline(gpus=(gpu(0.4, 0.3),), procs=procs())
+    tl.tick(logs=events([warning], sigs))
+    tl.tick(logs=events(sample_lines("logs/f_vllm43295_apiserver_engine000.log"), sigs))
+    tl.ticks(10)
+    pairs = verdicts(tl.obs, sigs)
+    assert_never_hung(pairs)
+    assert pairs[0][1].signature is None

@@ -10,7 +10,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from stackprocs.spawn import start_target, stop
@@ -283,3 +285,37 @@ def test_parse_dump_json_rejects_garbage() -> None:
     )
     assert raw[0]["os_thread_id"] == 7
     assert threads == (ThreadStack(7, "", (Frame("f", "a.py", 2, ""),), active=True),)
+
+
+class _Daemon:
+    """What EpisodeHook needs of the daemon: where finished dumps go."""
+
+    def __init__(self) -> None:
+        self.attached: list[tuple[Any, ...]] = []
+
+    def attach_stacks(self, stacks: tuple[Any, ...]) -> None:
+        self.attached.append(stacks)
+
+
+def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) -> None:
+    from watchdog.classify import Context, Thresholds
+    from watchdog.episodes import EpisodeHook
+    from watchdog.model import Observation, ProcSnapshot, Verdict
+    from watchdog.window import Window
+
+    hook = EpisodeHook(capturer=StackCapturer(pyspy="/nonexistent/py-spy"))
+    me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
+    obs = Observation(t=1.0, wall=1.0, procs=ProcSnapshot(me.pid, True, (me,)))
+    daemon = _Daemon()
+    hook.on_tick(obs, Verdict(state="serving", suspicious=True), daemon)
+    assert hook.capture_warning and "py-spy not found" in hook.capture_warning
+    deadline = time.monotonic() + 10
+    while not daemon.attached and time.monotonic() < deadline:
+        time.sleep(0.05)
+        hook.on_tick(obs, Verdict(state="serving", suspicious=True), daemon)
+    (sample,) = daemon.attached[0]
+    assert sample.error and "py-spy not found" in sample.error
+    window = Window()
+    window.append(replace(obs, t=2.0, stacks=daemon.attached[0]))
+    problems = Context(window, window.latest, Thresholds()).capture_problems()
+    assert any("py-spy not found" in e.detail for e in problems)

@@ -192,10 +192,20 @@ class Context:
         return bool(recent) and max(recent) > self.th.gpu_busy_dram
 
     def recent(self, seconds: float) -> Iterable[Observation]:
-        return self.window.since(self.obs.t - seconds)
+        """The last `seconds` of the current server: a restart starts its evidence afresh
+        (an old EngineDeadError must not keep a healthy new server `dead`)."""
+        since = self.obs.t - seconds
+        restarted = self.window.progress.restarted_t
+        return self.window.since(since if restarted is None else max(since, restarted))
 
     def stacks(self) -> tuple[StackSample, ...]:
+        """The newest dumps, if taken since the server last made progress: a dump from before
+        is a moment the server has since moved past, not evidence of this stall."""
+        p = self.window.progress
+        fresh = max((t for t in (p.last_progress_t, p.restarted_t) if t is not None), default=None)
         for o in reversed(list(self.window)):
+            if fresh is not None and o.t < fresh:
+                return ()
             if o.stacks:
                 return o.stacks
         return ()

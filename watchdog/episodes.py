@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from watchdog.model import Observation, Verdict
+from watchdog.model import Observation, StackSample, Verdict
 
 log = logging.getLogger("hang_watchdog.episodes")
 
@@ -54,11 +54,14 @@ class EpisodeHook:
         self.episode: Episode | None = None
         self.capture: Any = None  # the CaptureResult of the current episode
         self.incidents: list[Path] = []
+        self._checked_pid: int | None = None
+        self.capture_warning: str | None = None  # why stack capture cannot work, said up front
 
     def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
         # Stacks collected now reach the window with the next observation: write the incident
         # then, so its verdict carries the stack evidence.
         fresh_stacks = self._collect_capture(daemon)
+        self._check_capture(obs, daemon)
         troubled = verdict.suspicious or verdict.is_hang or verdict.state == "stalled"
         if obs.procs is not None and obs.procs.restarted:
             self.episode = None
@@ -79,6 +82,18 @@ class EpisodeHook:
         if not fresh_stacks and self._wants_incident(obs, verdict, ep):
             self._write(obs, verdict, ep, daemon)
 
+    def _check_capture(self, obs: Observation, daemon: Any) -> None:
+        """Once per server process: say at once when py-spy will not be able to dump it
+        (missing, no CAP_SYS_PTRACE, another PID namespace), not first during a hang."""
+        pid = obs.procs.target_pid if obs.procs is not None and obs.procs.alive else None
+        if self.capturer is None or pid is None or pid == self._checked_pid:
+            return
+        self._checked_pid = pid
+        ok, why = self.capturer.check(pid)
+        self.capture_warning = None if ok else why
+        if not ok:
+            log.warning("stack capture will not work for pid %d: %s", pid, why)
+
     def _collect_capture(self, daemon: Any) -> bool:
         if self.capturer is None:
             return False
@@ -86,7 +101,12 @@ class EpisodeHook:
         if result is None:
             return False
         self.capture = result
-        daemon.attach_stacks(tuple(result.samples))
+        samples = tuple(result.samples)
+        if not samples and result.result != "ok":
+            # Nothing was dumped (py-spy missing, no Python process): the verdict must still
+            # say why its stack evidence is absent.
+            samples = (StackSample(pid=0, title="stack capture", error=result.reason),)
+        daemon.attach_stacks(samples)
         if self.metrics is not None:
             self.metrics.stack_capture(result.result)
         log.info("stack capture finished: %s %s", result.result, result.reason)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from watchdog.model import Frame
 from watchdog.signatures import Rule
 
 if TYPE_CHECKING:
@@ -32,17 +33,31 @@ def _shorten(line: str, limit: int = 300) -> str:
     return f"{line[:half]} … {line[-half:]}"
 
 
+def _by_name(rule: Rule, fr: Frame) -> bool:
+    # py-spy 0.4 on Python >= 3.11 prints qualified names (`MessageQueue.dequeue`,
+    # `Condition.wait`); a rule names the function, so the last dotted part counts too.
+    short = fr.name.rsplit(".", 1)[-1]
+    return any(p.search(fr.name) or p.search(short) for p in rule.frames)
+
+
+def _by_file(rule: Rule, fr: Frame) -> bool:
+    return any(p.search(fr.filename) for p in rule.files)
+
+
+def _both(rule: Rule, fr: Frame) -> bool:
+    return _by_name(rule, fr) and _by_file(rule, fr)
+
+
 def _stack(rule: Rule, ctx: Context) -> str | None:
-    # Prefer a frame matched by name (download_file) over one matched only by its file.
-    for patterns, attr in ((rule.frames, "name"), (rule.files, "filename")):
+    # `same_frame`: a generic name (`broadcast`) counts only inside the right file. Otherwise
+    # prefer a frame matched by name (download_file) over one matched only by its file.
+    tests = (_both,) if rule.same_frame else (_by_name, _by_file)
+    for test in tests:
         for sample in ctx.stacks():
             for th in sample.threads:
                 if rule.unchanged and not th.unchanged:
                     continue
-                fr = next(
-                    (f for f in th.frames if any(p.search(getattr(f, attr)) for p in patterns)),
-                    None,
-                )
+                fr = next((f for f in th.frames if test(rule, f)), None)
                 if fr is not None:
                     still = ", unchanged across two dumps" if th.unchanged else ""
                     return (

@@ -43,6 +43,7 @@ class Rule:
     frames: tuple[re.Pattern[str], ...] = ()
     files: tuple[re.Pattern[str], ...] = ()
     unchanged: bool = False
+    same_frame: bool = False  # one frame must match both `frames` and `files`
     values: tuple[str, ...] = ()
     name: str = ""
     equals: Any = None

@@ -137,6 +137,7 @@ _RULE_KEYS = {
     "frames",
     "files",
     "unchanged",
+    "same_frame",
     "values",
     "name",
     "equals",
@@ -201,6 +202,9 @@ def _rule(r: Any, where: str) -> Rule:
     files = tuple(regex(p, f"{where}: key 'files'") for p in strs(r, "files", where))
     if kind == "stack" and not (frames or files):
         raise SignatureError(f"{where}: key 'frames': a stack rule needs frames or files")
+    same_frame = get(r, "same_frame", bool, where, False)
+    if same_frame and not (frames and files):
+        raise SignatureError(f"{where}: key 'same_frame': needs both 'frames' and 'files'")
     if kind in ("package", "setting") and not isinstance(r.get("name"), str):
         raise SignatureError(
             f"{where}: key 'name': a {kind} rule needs the name of a package or setting"
@@ -221,6 +225,7 @@ def _rule(r: Any, where: str) -> Rule:
         frames=frames,
         files=files,
         unchanged=get(r, "unchanged", bool, where, False),
+        same_frame=same_frame,
         values=tuple(strs(r, "values", where)),
         name=get(r, "name", str, where, ""),
         equals=r.get("equals"),

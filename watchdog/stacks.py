@@ -112,6 +112,10 @@ class StackCapturer:
             result, self._result = self._result, None
             return result
 
+    def check(self, pid: int | None) -> tuple[bool, str]:
+        """Whether a capture of `pid` can work from here, and the fix when it cannot."""
+        return preflight_pyspy(self._pyspy, pid, proc_root=self._proc_root)
+
     def busy(self) -> bool:
         """True while a background capture is running."""
         with self._lock:

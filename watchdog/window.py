@@ -37,6 +37,7 @@ class Progress:
     read_bytes: int | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     target_pid: int | None = None
+    restarted_t: float | None = None  # evidence from before this belongs to the old server
     canary_since: float | None = None  # an idle-canary request got no answer; sent at this time
 
 
@@ -84,7 +85,7 @@ class Window:
     def _rebaseline(self, t: float) -> None:
         facts = self.progress.facts
         self.progress = Progress(
-            phase_since=t, last_progress_t=t, last_progress_what="server restarted"
+            phase_since=t, last_progress_t=t, last_progress_what="server restarted", restarted_t=t
         )
         self.progress.facts = {k: v for k, v in facts.items() if k in ("gpu_cc",)}
 
