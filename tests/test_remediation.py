@@ -151,6 +151,31 @@ def test_fallback_cli_show_and_clear(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert 'VLLM_WATCHDOG_ARGS=""' in env_file.read_text()
 
 
+def test_fallback_clear_empties_the_recorded_file_without_being_told(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env_file = tmp_path / "fallback.env"
+    plan = make_plan(hang(), SIGS, {"vllm": "0.14.0"}, {})
+    write_env_file(env_file, plan)
+    store = StateStore(tmp_path / "st")
+    store.save(RemediationState(restarts=[1.0], active={"fallbacks": ["disable_trtllm_attention"]},
+                                fallback_file=str(env_file)))  # fmt: skip
+    parser = __import__("argparse").ArgumentParser()
+    fallback_cli.add_arguments(parser)
+    clear = ["clear", "--state-dir", str(store.dir)]
+    assert fallback_cli.run(parser.parse_args(clear)) == 0
+    out = capsys.readouterr().out
+    assert f"emptied {env_file}" in out and "without the fallback from its next restart" in out
+    assert 'VLLM_WATCHDOG_ARGS=""' in env_file.read_text()
+    assert store.load().fallback_file == str(env_file)  # kept for the next clear
+    # nothing recorded (an older state file): say plainly that the file still holds it
+    store.save(RemediationState(active={"fallbacks": ["disable_nvls"]}))
+    assert fallback_cli.run(parser.parse_args(clear)) == 0
+    out = capsys.readouterr().out
+    assert "still holds it" in out and "--fallback-file PATH" in out
+    assert "the server runs without the fallback" not in out
+
+
 # -- restarters ---------------------------------------------------------------------------
 
 
@@ -191,6 +216,7 @@ def test_systemd_hook_writes_the_environment_file_and_restarts_once_per_episode(
     assert 'VLLM_WATCHDOG_ARGS="--attention-config.use_trtllm_attention=0"' in text
     assert "VLLM_WATCHDOG_FALLBACK=disable_trtllm_attention" in text
     assert metric(sink, "hang_watchdog_fallback_active", fallback="disable_trtllm_attention") == 1
+    assert StateStore(cfg.state_dir).load().fallback_file == str(env_file)  # for `fallback clear`
     eps.episode = SimpleNamespace(
         incident=None, incident_signature=None, capture_started_t=None, started_t=50.0
     )  # fmt: skip  (a new episode after recovery)

@@ -71,7 +71,9 @@ class Config:
     log_format: str = _f("text", "how verdict lines on stderr look", choices=("text", "json"))
     metrics_addr: str = _f("127.0.0.1:9433", "exporter listen address HOST:PORT, or 'off'")
     metrics_stale_s: float = _f(30.0, "/healthz answers 503 when the loop is older than this", lo=1)
-    incident_dir: str | None = _f(None, "write incident bundles here (none: no bundles)")
+    incident_dir: str | None = _f(
+        None, "write incident bundles here (none: no bundles; with remediate: state_dir/incidents)"
+    )
     max_incidents: int = _f(50, "incident bundles kept", lo=1)
     max_incident_bytes: int = _f(512 * 1024 * 1024, "bytes of incident bundles kept", lo=1024)
     state_dir: str = _f("/var/lib/hang-watchdog", "remediation counters and the active fallback")

@@ -13,12 +13,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO
+
+import psutil
 
 from watchdog.sources.logs import StreamReader
 
 log = logging.getLogger("hang_watchdog.supervise")
+
+
+class StopError(RuntimeError):
+    """Part of the server's process tree survived SIGKILL; the message names the pids."""
 
 
 class Supervisor:
@@ -84,17 +91,27 @@ class Supervisor:
         return self.popen
 
     def stop(self, grace_s: float = 30.0) -> int | None:
-        """SIGTERM the child's process group, SIGKILL after `grace_s`; returns its exit code."""
+        """Stop the child's whole tree: SIGTERM, SIGKILL to whatever is left after `grace_s`.
+
+        Returns the child's exit code; StopError when part of the tree survives SIGKILL.
+        """
         child = self.popen
-        if child is None or child.poll() is not None:
-            return None if child is None else child.returncode
-        _signal_group(child.pid, signal.SIGTERM)
-        try:
-            return child.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            log.warning("pid %d ignored SIGTERM for %.0f s; sending SIGKILL", child.pid, grace_s)
-            _signal_group(child.pid, signal.SIGKILL)
-            return child.wait(timeout=10)
+        if child is None:
+            return None
+        # Recorded before any signal: a worker that outlives its parent (vLLM's engine core
+        # keeps the GPU memory) is reparented and no longer a descendant of the child.
+        tree = _tree(child.pid)
+        if child.poll() is None or tree:
+            _signal_tree(child.pid, tree, signal.SIGTERM)
+        left = _wait_tree(child, tree, grace_s)
+        if left is None:
+            return child.returncode
+        log.warning("%s ignored SIGTERM for %.0f s; sending SIGKILL", left, grace_s)
+        _signal_tree(child.pid, tree, signal.SIGKILL)
+        left = _wait_tree(child, tree, 10.0)
+        if left is not None:
+            raise StopError(f"{left} survived SIGKILL (stuck in the kernel: the GPU driver?)")
+        return child.returncode
 
     def partials(self) -> list[str]:
         """The current child's unterminated last lines (a frozen tqdm bar)."""
@@ -136,6 +153,52 @@ class SupervisedReader:
 
     def close(self) -> None:
         self._sup.close()
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """The child's descendants and the rest of its process group (its id is the child's pid,
+    since the child leads its own session); found by scanning, as the leader may be gone."""
+    found: dict[int, psutil.Process] = {}
+    with contextlib.suppress(psutil.Error):
+        found.update((p.pid, p) for p in psutil.Process(pid).children(recursive=True))
+    for proc in psutil.process_iter():
+        if proc.pid in found or proc.pid in (pid, os.getpid()):
+            continue
+        with contextlib.suppress(OSError):
+            if os.getpgid(proc.pid) == pid:
+                found[proc.pid] = proc
+    return list(found.values())
+
+
+def _signal_tree(pid: int, tree: Sequence[psutil.Process], sig: signal.Signals) -> None:
+    """Signal the group, then each recorded process (one may have left the group)."""
+    _signal_group(pid, sig)
+    for proc in tree:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(sig)  # psutil refuses a pid that was reused meanwhile
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _wait_tree(
+    child: subprocess.Popen[bytes], tree: Sequence[psutil.Process], timeout_s: float
+) -> str | None:
+    """Wait until the child (reaped) and every recorded process are gone; what is left, if any."""
+    end = time.monotonic() + timeout_s
+    while True:
+        alive = [p.pid for p in tree if _running(p)]
+        if child.poll() is None:
+            alive.insert(0, child.pid)
+        if not alive:
+            return None
+        if time.monotonic() >= end:
+            return f"pid{'s' if len(alive) > 1 else ''} {', '.join(map(str, alive))}"
+        time.sleep(0.05)
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

@@ -173,12 +173,15 @@ def _episodes(cfg: Config, built: Built) -> None:
             deadline_s=cfg.stack_deadline_s,
             second_after_s=cfg.stack_second_after_s,
         )
+    from watchdog.remediation.factory import incident_dir
+
     writer = None
-    if cfg.incident_dir:
+    bundles = incident_dir(cfg)  # remediation defaults it: evidence before any restart
+    if bundles:
         from watchdog.actions.incident import IncidentWriter
 
         writer = IncidentWriter(
-            Path(cfg.incident_dir),
+            Path(bundles),
             max_incidents=cfg.max_incidents,
             max_bytes=cfg.max_incident_bytes,
         )

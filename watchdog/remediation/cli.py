@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
 def _doc(store: StateStore, state: RemediationState) -> dict[str, Any]:
     return {
         "state_file": str(store.path),
+        "fallback_file": state.fallback_file,
         "active": state.active,
         "exhausted": state.exhausted,
         "exhausted_reason": state.exhausted_reason,
@@ -65,6 +66,8 @@ def _doc(store: StateStore, state: RemediationState) -> dict[str, Any]:
 def _text(store: StateStore, state: RemediationState) -> str:
     active = state.active or {}
     lines = [f"state file: {store.path}"]
+    if state.fallback_file:
+        lines.append(f"fallback file: {state.fallback_file}")
     if active:
         lines.append(f"active fallback: {', '.join(active.get('fallbacks') or [])}")
         if active.get("args"):
@@ -85,18 +88,28 @@ def _text(store: StateStore, state: RemediationState) -> str:
 
 
 def _clear(args: argparse.Namespace, store: StateStore, state: RemediationState) -> int:
-    fresh = RemediationState(history=state.history)
+    # The watchdog records the file it writes, so `clear` empties it without being told.
+    env_file = args.fallback_file or state.fallback_file
+    fresh = RemediationState(history=state.history, fallback_file=env_file)
     fresh.record({"cleared": True, "wall": time.time(), "was_active": state.active})
     try:
         store.save(fresh)
         print(f"cleared {store.path}: no active fallback, restart counters reset")
-        if args.fallback_file:
-            print(f"emptied {write_env_file(args.fallback_file, None)}")
+        if env_file:
+            print(f"emptied {write_env_file(env_file, None)}")
     except (OSError, RestartError) as exc:
         print(f"hang-watchdog fallback: {exc}", file=sys.stderr)
         return 2
+    if not env_file:
+        print(
+            f"no fallback file is recorded in {store.path}: a supervising watchdog (`run --`) "
+            "starts the server without the fallback from its next restart, but a file the "
+            "server reads (systemd, kubernetes, command) still holds it; empty it with "
+            f"`hang-watchdog fallback clear --state-dir {store.dir} --fallback-file PATH`"
+        )
     if not args.restart:
-        print("the server runs without the fallback from its next restart")
+        if env_file:
+            print("the server runs without the fallback from its next restart")
         return 0
     if args.restarter != "systemd" or not args.systemd_unit:
         print("hang-watchdog fallback: --restart needs --restarter systemd and --systemd-unit",

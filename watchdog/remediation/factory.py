@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
 from typing import Any
 
 from watchdog.config import Config, ConfigError
@@ -11,6 +13,23 @@ from watchdog.remediation.limits import CLEAR_HINT
 from watchdog.remediation.restarters import SuperviseRestarter, make_restarter
 from watchdog.remediation.state import StateError, StateStore
 from watchdog.signatures import SignatureSet
+
+log = logging.getLogger("hang_watchdog.remediation")
+
+
+def acts(cfg: Config) -> bool:
+    """Whether remediation restarts anything (a dry run only reports)."""
+    return cfg.remediate and not cfg.dry_run
+
+
+def incident_dir(cfg: Config) -> str | None:
+    """Where bundles go: `incident_dir`, or `<state_dir>/incidents` when remediation acts, so
+    every restart has its evidence on disk first."""
+    if cfg.incident_dir or not acts(cfg):
+        return cfg.incident_dir
+    path = str(Path(cfg.state_dir) / "incidents")
+    log.info("remediation is on and incident_dir is not set: incident bundles go to %s", path)
+    return path
 
 
 def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
@@ -29,8 +48,17 @@ def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
         state = store.load()
     except StateError as exc:
         raise ConfigError(f"key 'state_dir': {exc}") from exc
+    if acts(cfg):
+        try:
+            store.check_writable()
+        except OSError as exc:
+            raise ConfigError(
+                f"key 'state_dir': cannot create or write {store.dir} "
+                f"({exc.strerror or exc}); remediation must record each restart before it "
+                "acts: make it a directory the watchdog can write, or set state_dir elsewhere"
+            ) from exc
     restarter = make_restarter(cfg, built)
-    if isinstance(restarter, SuperviseRestarter) and state.active and not cfg.dry_run:
+    if isinstance(restarter, SuperviseRestarter) and state.active and acts(cfg):
         restarter.apply_at_start(state.active)
         built.daemon.emitter.event(
             "remediation",

@@ -16,7 +16,7 @@ from typing import Any
 from watchdog.config import Config
 from watchdog.model import Observation, Verdict
 from watchdog.remediation.canary import CanaryHook
-from watchdog.remediation.limits import gate
+from watchdog.remediation.limits import Gate, gate
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
 from watchdog.remediation.state import StateError, StateStore
@@ -107,18 +107,24 @@ class RemediationHook:
             why = f"confidence {verdict.confidence:.2f} < remediate_min_confidence {floor:.2f}"
             self._skip(daemon, key, plan.action, f"not acting on {plan.signature}: {why}")
             return  # not handled: the confidence may still rise within this episode
-        self._handled = key
         if self.cfg.dry_run:
+            self._handled = key
             self._dry_run(plan, daemon)
             return
-        blocked = self._blocked(plan, daemon)
-        if blocked:
-            self._skip(daemon, key, plan.action, blocked)
+        # A cooldown ends and a failed save may be fixed: those episodes are reconsidered every
+        # tick (reported once), else a server that hangs again soon after a restart stays hung.
+        limits = self._limits(plan, daemon, key)
+        if limits.blocked:
+            self._skip(daemon, key, plan.action, limits.blocked, rule=limits.rule)
             return
-        self._act(plan, obs, daemon)
+        refused = self._act(plan, obs, daemon)
+        if refused:
+            self._skip(daemon, key, plan.action, refused, outcome="failed", rule="state")
+            return
+        self._handled = key
 
-    def _blocked(self, plan: Plan, daemon: Any) -> str:
-        """Why the limits forbid a restart now ("" when allowed); latches exhaustion once."""
+    def _limits(self, plan: Plan, daemon: Any, key: Any) -> Gate:
+        """Whether the limits allow a restart now; latches exhaustion once (episode handled)."""
         cfg = self.cfg
         verdict = gate(
             self.state,
@@ -128,6 +134,7 @@ class RemediationHook:
             max_restarts=cfg.max_restarts,
         )
         if verdict.exhausts:
+            self._handled = key
             self.state.exhausted, self.state.exhausted_reason = True, verdict.exhausts
             self._save()
             self._export_state()
@@ -137,7 +144,7 @@ class RemediationHook:
                 "`hang-watchdog fallback clear`",
                 signature=plan.signature,
             )
-        return verdict.blocked
+        return verdict
 
     def _dry_run(self, plan: Plan, daemon: Any) -> None:
         self._metric(plan.action, "planned")
@@ -158,8 +165,11 @@ class RemediationHook:
             }
         )
 
-    def _act(self, plan: Plan, obs: Observation, daemon: Any) -> None:
+    def _act(self, plan: Plan, obs: Observation, daemon: Any) -> str:
+        """Record the restart in the state, then start it ("" returned). Refused (the reason
+        returned) when the state cannot be saved: a restart it forgets would escape the cap."""
         now = self.wall()
+        before = (self.state.restarts, self.state.active, self.state.fallback_file)
         self.state.restarts = [*self.state.recent(now, self.cfg.restart_window_s), now]
         if plan.active:
             self.state.active = {
@@ -168,7 +178,15 @@ class RemediationHook:
                 "env": dict(plan.env),
                 "since": now,
             }
-        self._save()
+        # `fallback clear` empties the file the server reads, even when not told its path
+        self.state.fallback_file = getattr(self.restarter, "env_file", None) or before[2]
+        failed = self._save()
+        if failed:
+            self.state.restarts, self.state.active, self.state.fallback_file = before
+            return (
+                f"not restarting: {failed}; make {self.store.dir} writable by the watchdog "
+                "(or set state_dir to a directory that is)"
+            )
         self._export_state()
         self._plan, self._bundle = plan, self._incident()
         self._record = {
@@ -188,6 +206,7 @@ class RemediationHook:
         pid = obs.procs.target_pid if obs.procs is not None else None
         self.busy(True)
         self._job = RestartJob(self.restarter, plan, pid, lambda: self.busy(False))
+        return ""
 
     def _poll_job(self, obs: Observation, daemon: Any) -> None:
         job = self._job
@@ -195,7 +214,7 @@ class RemediationHook:
         if job.thread.is_alive():
             return
         self._job = None
-        if job.error is not None:
+        if job.error is not None or job.result is None:
             self._finish(Outcome("failed", f"restart failed: {job.error}"), daemon)
             return
         self._record["restart"] = job.result
@@ -266,12 +285,22 @@ class RemediationHook:
         except (OSError, ValueError) as exc:
             log.error("could not record the remediation in %s: %s", self._bundle, exc)
 
-    def _skip(self, daemon: Any, key: Any, action: str, why: str) -> None:
-        if (key, why) in self._said:
+    def _skip(
+        self,
+        daemon: Any,
+        key: Any,
+        action: str,
+        why: str,
+        outcome: str = "skipped",
+        rule: str = "",
+    ) -> None:
+        """Report why no restart happens, once per episode and reason (or rule: a cooldown's
+        text counts down, yet it is said once)."""
+        if (key, rule or why) in self._said:
             return
-        self._said.add((key, why))
-        self._metric(action, "skipped")
-        daemon.emitter.event("remediation", why, outcome="skipped")
+        self._said.add((key, rule or why))
+        self._metric(action, outcome)
+        daemon.emitter.event("remediation", why, outcome=outcome)
 
     def _metric(self, action: str, outcome: str) -> None:
         if self.metrics is not None:
@@ -298,9 +327,13 @@ class RemediationHook:
             return
         self._export_state()
 
-    def _save(self) -> None:
+    def _save(self) -> str:
+        """Persist the state; why it failed ("" when saved)."""
+        failed = ""
         try:
             self.store.save(self.state)
         except OSError as exc:
-            log.error("could not save the remediation state to %s: %s", self.store.path, exc)
+            failed = f"cannot save the remediation state to {self.store.path}: {exc}"
+            log.error("%s", failed)
         self._mtime = self.store.stamp()
+        return failed

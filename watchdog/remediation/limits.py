@@ -19,6 +19,7 @@ class Gate:
 
     blocked: str = ""  # why not ("" when allowed)
     exhausts: str = ""  # the reason to latch into the state, once
+    rule: str = ""  # which limit blocked: exhausted, cooldown or cap (the text may change)
 
 
 def gate(
@@ -31,12 +32,15 @@ def gate(
 ) -> Gate:
     """Check the limits against the persisted restart times (Unix seconds)."""
     if state.exhausted:
-        return Gate(f"remediation exhausted ({state.exhausted_reason}); {CLEAR_HINT}")
+        return Gate(
+            f"remediation exhausted ({state.exhausted_reason}); {CLEAR_HINT}", rule="exhausted"
+        )
     recent = state.recent(now, window_s)
     if recent and now - max(recent) < cooldown_s:
         ago = now - max(recent)
-        return Gate(f"cooldown: last restart {ago:.0f} s ago (cooldown_s {cooldown_s:.0f})")
+        why = f"cooldown: last restart {ago:.0f} s ago (cooldown_s {cooldown_s:.0f})"
+        return Gate(why, rule="cooldown")
     if len(recent) >= max_restarts:
         reason = f"{len(recent)} restarts within {window_s:.0f} s (max_restarts {max_restarts})"
-        return Gate(f"remediation exhausted: {reason}", exhausts=reason)
+        return Gate(f"remediation exhausted: {reason}", exhausts=reason, rule="cap")
     return Gate()

@@ -22,6 +22,7 @@ from watchdog.config import Config, ConfigError
 from watchdog.remediation.plan import Plan
 from watchdog.remediation.state import atomic_write
 from watchdog.sdnotify import child_environ
+from watchdog.supervise import StopError
 
 log = logging.getLogger("hang_watchdog.remediation")
 
@@ -36,7 +37,7 @@ class RestartError(RuntimeError):
 class Restarter(Protocol):
     """Restarts the server with a plan's arguments and environment."""
 
-    name: str
+    name: str  # restarters that write a fallback file also have `env_file`
 
     def restart(self, plan: Plan, target_pid: int | None) -> str: ...
 
@@ -76,6 +77,7 @@ class SuperviseRestarter:
     """`run -- COMMAND`: stop the child's whole tree, start it again with the fallback."""
 
     name = "supervise"
+    env_file: str | None = None  # the watchdog applies the fallback itself
 
     def __init__(self, supervisor: Any, grace_s: float) -> None:
         self.sup = supervisor
@@ -96,9 +98,9 @@ class SuperviseRestarter:
 
     def restart(self, plan: Plan, target_pid: int | None) -> str:
         try:
-            code = self.sup.stop(self.grace_s)
-        except subprocess.TimeoutExpired as exc:
-            raise RestartError(f"the server did not exit even after SIGKILL: {exc}") from exc
+            code = self.sup.stop(self.grace_s)  # the whole tree, workers included
+        except StopError as exc:
+            raise RestartError(str(exc)) from exc
         self.sup.argv, self.sup.env = list(self.base_argv), dict(self.base_env)
         try:
             pid = self.sup.start(plan.args, plan.env)
@@ -199,6 +201,11 @@ class CommandRestarter:
             raise ValueError(
                 "restarter 'command' needs restart_command (an argv list) in the config file"
             )
+        if not env_file and any("{env_file}" in arg for arg in argv):
+            raise ValueError(
+                "uses {env_file} but key 'fallback_file' is not set; set it "
+                "(e.g. /var/lib/hang-watchdog/fallback.env) or drop the placeholder"
+            )
         self.argv, self.env_file, self.timeout_s = list(argv), env_file, timeout_s
 
     def expand(self, plan: Plan) -> list[str]:
@@ -246,7 +253,7 @@ def make_restarter(cfg: Config, built: Any) -> Restarter:
     if cfg.restarter in ("systemd", "kubernetes") and not cfg.fallback_file:
         raise ConfigError(
             f"key 'fallback_file': restarter {cfg.restarter!r} needs the file the server reads "
-            "its fallback from (e.g. /etc/vllm/watchdog-fallback.env)"
+            "its fallback from (e.g. /var/lib/hang-watchdog/fallback.env)"
         )
     if cfg.restarter == "systemd":
         if not cfg.systemd_unit:
@@ -274,6 +281,9 @@ class RestartJob:
                 self.result = restarter.restart(plan, pid)
             except RestartError as exc:
                 self.error = str(exc)
+            except Exception as exc:  # a bug or an unexpected failure must still end as failed
+                log.exception("restarter %s raised", restarter.name)
+                self.error = f"{type(exc).__name__}: {exc}"
             finally:
                 done()
 

@@ -30,6 +30,7 @@ class RemediationState:
     exhausted_reason: str = ""
     active: dict[str, Any] | None = None  # {"fallbacks": [...], "args": [...], "env": {...}}
     history: list[dict[str, Any]] = field(default_factory=list)
+    fallback_file: str | None = None  # the file the server reads; kept across `fallback clear`
 
     def recent(self, now: float, window_s: float) -> list[float]:
         """Restart times within the last `window_s` seconds."""
@@ -77,7 +78,15 @@ class StateStore:
             exhausted_reason=str(doc.get("exhausted_reason") or ""),
             active=doc.get("active") or None,
             history=list(doc.get("history") or []),
+            fallback_file=str(doc["fallback_file"]) if doc.get("fallback_file") else None,
         )
+
+    def check_writable(self) -> None:
+        """Create the directory and write a probe file; OSError when that fails."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".probe.", dir=self.dir)
+        os.close(fd)
+        os.unlink(probe)
 
     def save(self, state: RemediationState) -> None:
         """Write atomically: a temporary file in the same directory, fsync, rename, fsync dir."""

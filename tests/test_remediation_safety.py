@@ -1,0 +1,173 @@
+"""Remediation safety gaps: a cooldown only delays, a restart the state cannot record does not
+happen, the evidence directory defaults under state_dir, and a restarter's bug ends as failed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests.test_remediation import (
+    SIGS,
+    FakeDaemon,
+    RecordingRestarter,
+    episodes,
+    hang,
+    make_hook,
+    metric,
+    obs,
+    wait_for,
+)
+from watchdog.config import ConfigError, build_config
+from watchdog.emit import Emitter
+from watchdog.export import MetricsSink
+from watchdog.remediation.factory import make_remediation_hook
+from watchdog.remediation.hook import RemediationHook
+from watchdog.remediation.plan import make_plan
+from watchdog.remediation.restarters import RestartJob
+from watchdog.remediation.state import RemediationState, StateStore
+
+ACTION = "disable_trtllm_attention"
+
+
+def test_a_hang_within_the_cooldown_restarts_once_the_cooldown_ends(tmp_path: Path) -> None:
+    clock = [1_000_000.0]
+    cfg = build_config({"remediate": True, "state_dir": str(tmp_path / "st"), "cooldown_s": 300.0})
+    store = StateStore(cfg.state_dir)
+    store.save(RemediationState(restarts=[clock[0] - 10]))  # one restart 10 s ago
+    restarter, sink = RecordingRestarter(), MetricsSink(SIGS.ids, version="test")
+    hook = RemediationHook(cfg, SIGS, restarter=restarter, store=store, metrics=sink,
+                           episodes=episodes(1.0), wall=lambda: clock[0])  # fmt: skip
+    daemon = FakeDaemon({"vllm": "0.14.0"})
+    for t in range(5):  # the server is still hung; the cooldown counts down
+        hook.on_tick(obs(float(t)), hang(), daemon)
+        clock[0] += 20
+    assert restarter.calls == []
+    out = daemon.out.getvalue()
+    assert out.count("cooldown: last restart") == 1 and "10 s ago" in out  # reported once
+    assert metric(sink, "hang_watchdog_remediations_total", action=ACTION, outcome="skipped") == 1
+    clock[0] += 300  # past the cooldown, same episode, still hung
+    hook.on_tick(obs(6.0), hang(), daemon)
+    wait_for(lambda: len(restarter.calls) == 1)
+    assert len(store.load().restarts) == 2
+
+
+def test_no_restart_when_the_state_cannot_be_saved(tmp_path: Path) -> None:
+    hook, restarter, sink = make_hook(tmp_path)
+    state_dir = tmp_path / "st"
+    state_dir.write_text("")  # a regular file where the state directory should be
+    daemon = FakeDaemon({"vllm": "0.14.0"})
+    for t in range(3):
+        hook.on_tick(obs(float(t)), hang(), daemon)
+    assert restarter.calls == [] and hook._job is None
+    out = daemon.out.getvalue()
+    assert out.count("not restarting: cannot save the remediation state to") == 1
+    assert str(state_dir / "remediation.json") in out and f"make {state_dir} writable" in out
+    assert metric(sink, "hang_watchdog_remediations_total", action=ACTION, outcome="failed") == 1
+    assert hook.state.restarts == [] and hook.state.active is None  # nothing half-recorded
+    state_dir.unlink()  # the operator fixes it; the same episode is reconsidered
+    hook.on_tick(obs(4.0), hang(), daemon)
+    wait_for(lambda: len(restarter.calls) == 1)
+    assert len(StateStore(state_dir).load().restarts) == 1
+
+
+def built_stub() -> SimpleNamespace:
+    daemon = SimpleNamespace(emitter=Emitter("text"))
+    return SimpleNamespace(daemon=daemon, supervisor=None, metrics=None, episodes=None)
+
+
+@pytest.mark.parametrize("where", ["file_as_parent", "proc"])
+def test_an_unwritable_state_dir_is_a_config_error_at_startup(tmp_path: Path, where: str) -> None:
+    if where == "file_as_parent":
+        (tmp_path / "file").write_text("")
+        state_dir = str(tmp_path / "file" / "st")
+    else:
+        state_dir = "/proc/self"  # readable (no state file yet) but nothing can be created there
+    values = {"restarter": "command", "restart_command": ["true"], "state_dir": state_dir}
+    with pytest.raises(ConfigError, match="key 'state_dir'") as err:
+        make_remediation_hook(build_config({"remediate": True, **values}), SIGS, built_stub())
+    assert state_dir in str(err.value)
+    if where == "proc":
+        assert "write" in str(err.value)
+        # a dry run records nothing in the state, so it does not need it writable
+        hook = make_remediation_hook(build_config({"dry_run": True, **values}), SIGS, built_stub())
+        assert hook is not None
+
+
+class ListHandler(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def build_for(tmp_path: Path, **values: Any) -> Any:
+    from watchdog.wiring import build
+
+    base = {"pid": os.getpid(), "gpu_source": "none", "metrics_addr": "off", "stacks": False,
+            "cdn_default": False, "state_dir": str(tmp_path / "st"), "restarter": "command",
+            "restart_command": ["true"]}  # fmt: skip
+    return build(build_config({**base, **values}))
+
+
+def test_remediation_defaults_the_incident_dir_under_state_dir(tmp_path: Path) -> None:
+    handler = ListHandler()
+    logger = logging.getLogger("hang_watchdog.remediation")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        built = build_for(tmp_path, remediate=True)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    try:
+        assert built.episodes.writer.root == tmp_path / "st" / "incidents"
+    finally:
+        built.close()
+    assert any(str(tmp_path / "st" / "incidents") in m for m in handler.messages)
+    own = build_for(tmp_path, remediate=True, incident_dir=str(tmp_path / "own"))
+    shadow = build_for(tmp_path, dry_run=True)
+    try:
+        assert own.episodes.writer.root == tmp_path / "own"
+        assert shadow.episodes.writer is None  # a dry run restarts nothing
+    finally:
+        own.close()
+        shadow.close()
+
+
+class BrokenRestarter:
+    """A restarter with a bug: it raises something other than RestartError."""
+
+    name = "broken"
+
+    def restart(self, plan: Any, target_pid: int | None) -> str:
+        raise KeyError("boom")
+
+
+def test_a_restarter_bug_ends_as_failed(tmp_path: Path) -> None:
+    plan = make_plan(hang(), SIGS, {"vllm": "0.14.0"}, {})
+    assert plan is not None
+    done = threading.Event()
+    job = RestartJob(BrokenRestarter(), plan, None, done.set)
+    job.thread.join(10)
+    assert done.is_set() and job.result is None and job.error == "KeyError: 'boom'"
+
+    cfg = build_config({"remediate": True, "state_dir": str(tmp_path / "st"), "cooldown_s": 0.0})
+    sink = MetricsSink(SIGS.ids, version="test")
+    hook = RemediationHook(cfg, SIGS, restarter=BrokenRestarter(), store=StateStore(cfg.state_dir),
+                           metrics=sink, episodes=episodes(1.0))  # fmt: skip
+    daemon = FakeDaemon({"vllm": "0.14.0"})
+    hook.on_tick(obs(1.0), hang(), daemon)
+    wait_for(lambda: hook._job is not None and not hook._job.thread.is_alive())
+    hook.on_tick(obs(2.0), hang(), daemon)
+    assert "failed: restart failed: KeyError: 'boom'" in daemon.out.getvalue()
+    assert "restarted: None" not in daemon.out.getvalue()
+    assert metric(sink, "hang_watchdog_remediations_total", action=ACTION, outcome="failed") == 1
