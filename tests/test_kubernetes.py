@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from watchdog.config import load_config
+from watchdog.preflight.checks_watchdog import flashinfer_cache_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 K8S = ROOT / "kubernetes"
@@ -135,6 +136,27 @@ def test_config_and_volumes_agree() -> None:
     for path in (cfg.state_dir, str(cfg.incident_dir)):
         assert any(path.startswith(p) for p, m in sidecar_mounts.items() if not m.get("readOnly"))
     assert container("vllm")["command"] == ["/opt/hang-watchdog/vllm-entrypoint.sh"]
+
+
+def env_of(c: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c.get("env", [])}
+
+
+def test_preflight_init_container_measures_what_vllm_gets() -> None:
+    """The shm and cache_space checks look at vLLM's /dev/shm and FlashInfer cache, not the
+    init container's own (64 MiB runtime default; uid 10001's $HOME)."""
+    (init,) = [c for c in pod_spec()["initContainers"] if c["name"] == "preflight"]
+    init_mounts = {m["mountPath"]: m["name"] for m in init["volumeMounts"]}
+    vllm_mounts = {m["mountPath"]: m["name"] for m in container("vllm")["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
+    assert init_mounts.get("/dev/shm") == vllm_mounts["/dev/shm"]
+    assert volumes[vllm_mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    base = env_of(init)["FLASHINFER_WORKSPACE_BASE"]
+    assert env_of(container("vllm"))["FLASHINFER_WORKSPACE_BASE"] == base
+    assert init_mounts.get(base) == vllm_mounts[base]
+    assert str(flashinfer_cache_dir(env_of(init))).startswith(base + "/")
+    gpus = [c["resources"]["limits"]["nvidia.com/gpu"] for c in (init, container("vllm"))]
+    assert gpus[0] == gpus[1]  # the shm check needs the server's GPU count
 
 
 def test_kustomization_lists_every_manifest_and_generated_file() -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from watchdog.model import GpuSample
@@ -359,18 +360,29 @@ def test_fabric_manager(tmp_path: Path, load: str, active: str, status: str) -> 
 # -- what the watchdog itself needs ------------------------------------------------------------
 
 
-def test_pyspy_real_and_missing(tmp_path: Path) -> None:
-    real = checks_watchdog.check_pyspy(
-        {"PATH": os.path.dirname(sys.executable) + ":" + os.environ.get("PATH", "")}, 10.0
-    )
-    assert real.status == "PASS" and "py-spy" in real.reason
-    assert checks_watchdog.check_pyspy({"PATH": str(tmp_path)}, 5.0).status == "WARN"
+def test_pyspy_configured_path_missing_or_broken_warns(tmp_path: Path) -> None:
+    missing = checks_watchdog.check_pyspy(5.0, str(tmp_path / "py-spy"))
+    assert missing.status == "WARN" and str(tmp_path / "py-spy") in missing.reason
+    broken = tool(tmp_path / "bin", "py-spy", "exit 3\n")
+    result = checks_watchdog.check_pyspy(5.0, str(broken))
+    assert result.status == "WARN" and "exited 3" in result.reason
+    assert checks_watchdog.check_pyspy(5.0, None, lambda _p: None).status == "WARN"
+
+
+def test_pyspy_real_binary_runs() -> None:
+    real = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
+    if real is None:
+        pytest.skip("py-spy is not installed")
+    result = checks_watchdog.check_pyspy(10.0, real)
+    assert result.status == "PASS" and "py-spy" in result.reason
 
 
 def fake_proc(tmp_path: Path, scope: str | None, capeff: str) -> Path:
     root = tmp_path / "proc"
     (root / "self").mkdir(parents=True)
-    (root / "self" / "status").write_text(f"Name:\tpython\nCapEff:\t{capeff}\n")
+    (root / "self" / "status").write_text(
+        f"Name:\tpython\nUid:\t998\t998\t998\t998\nCapEff:\t{capeff}\n"
+    )
     if scope is not None:
         (root / "sys/kernel/yama").mkdir(parents=True)
         (root / "sys/kernel/yama/ptrace_scope").write_text(scope + "\n")
@@ -381,40 +393,131 @@ def fake_proc(tmp_path: Path, scope: str | None, capeff: str) -> Path:
     ("scope", "capeff", "status"),
     [
         ("0", "0000000000000000", "PASS"),
-        ("1", "0000000000000000", "WARN"),
+        # Pre-flight under ExecStartPre runs as User=vllm without CAP_SYS_PTRACE: that says
+        # nothing about the watchdog (which has it), so no warning.
+        ("1", "0000000000000000", "PASS"),
         ("1", "0000000000080000", "PASS"),  # bit 19 = CAP_SYS_PTRACE
-        ("3", "000001ffffffffff", "WARN"),
+        ("2", "0000000000000000", "PASS"),
+        ("3", "000001ffffffffff", "WARN"),  # nobody may attach, whatever its capabilities
         (None, "0000000000000000", "PASS"),
     ],
 )
 def test_ptrace(tmp_path: Path, scope: str | None, capeff: str, status: str) -> None:
     result = checks_watchdog.check_ptrace(fake_proc(tmp_path, scope, capeff))
     assert result.status == status
+    has = int(capeff, 16) >> 19 & 1
+    # Worded as this process, never as a verdict on the watchdog's own permissions.
+    here = f"this pre-flight process (uid 998, not the watchdog) {'has' if has else 'lacks'}"
+    assert f"{here} CAP_SYS_PTRACE" in result.reason
     if status == "WARN":
-        assert any("ptrace_scope=0" in f for f in result.fixes)
+        assert any("reboot" in f for f in result.fixes)
+    else:
+        assert "CAP_SYS_PTRACE" in result.reason and "hang-watchdog.service" in result.reason
 
 
-def test_space_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+class Usage:
+    """shutil.disk_usage's result for a chosen size."""
+
+    def __init__(self, total: int, free: int | None = None) -> None:
+        self.total, self.free = total, total if free is None else free
+
+
+def sized(total: int, free: int | None = None):  # noqa: ANN201
+    seen: list[Path] = []
+
+    def usage(path: Path) -> Usage:
+        seen.append(path)
+        return Usage(total, free)
+
+    usage.seen = seen  # type: ignore[attr-defined]
+    return usage
+
+
+GIB, MIB = 1024**3, 1024**2
+
+
+def test_space_checks(tmp_path: Path) -> None:
     env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
-    incident = checks_watchdog.check_incident_space(tmp_path / "not" / "yet")
-    assert incident.status in ("PASS", "WARN") and str(tmp_path) in incident.reason
+    incident = checks_watchdog.check_incident_space(tmp_path / "not" / "yet", 5.0, sized(GIB))
+    assert incident.status == "PASS" and str(tmp_path) in incident.reason
     assert checks_watchdog.check_incident_space(None).status == "SKIP"
-    full = type("Usage", (), {"free": 100 * 1024**2, "total": 64 * 1024**2})
-    monkeypatch.setattr(checks_watchdog.shutil, "disk_usage", lambda _p: full)
-    assert checks_watchdog.check_cache_space(env, downloads=True).status == "FAIL"
-    assert checks_watchdog.check_cache_space(env, downloads=False).status == "WARN"
-    assert checks_watchdog.check_incident_space(tmp_path).status == "WARN"
-    shm = checks_watchdog.check_shm(inventory("10.0", "10.0"), tmp_path)
-    assert shm.status == "WARN" and any("shm-size" in f for f in shm.fixes)
-    assert checks_watchdog.check_shm(inventory("10.0"), tmp_path).status == "SKIP"
+    full = sized(64 * MIB, 100 * MIB)
+    assert checks_watchdog.check_cache_space(env, True, 5.0, full).status == "FAIL"
+    assert checks_watchdog.check_cache_space(env, False, 5.0, full).status == "WARN"
+    assert checks_watchdog.check_incident_space(tmp_path, 5.0, full).status == "WARN"
+    # The nearest existing parent of a cache that does not exist yet is what gets measured.
+    assert full.seen[0] == tmp_path  # type: ignore[attr-defined]
 
 
-def test_real_shm_and_cache_pass_on_this_host(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("total", "gpus_ccs", "status"),
+    [
+        (64 * MIB, ("10.0", "10.0"), "WARN"),  # Docker's default /dev/shm
+        (16 * GIB, ("10.0", "10.0"), "PASS"),  # --shm-size=16g / an emptyDir {medium: Memory}
+        (64 * MIB, ("10.0",), "SKIP"),  # one GPU: no NCCL shared memory
+    ],
+)
+def test_shm_and_cache_with_chosen_sizes(
+    tmp_path: Path, total: int, gpus_ccs: tuple[str, ...], status: str
+) -> None:
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    usage = sized(total)
+    shm = checks_watchdog.check_shm(inventory(*gpus_ccs), shm_dir, 5.0, usage)
+    assert shm.status == status
+    if status != "SKIP":
+        assert usage.seen == [shm_dir]  # type: ignore[attr-defined]
+        assert f"{shm_dir} is {total // MIB} MiB for 2 GPUs" == shm.reason
+    if status == "WARN":
+        assert any("shm-size" in f for f in shm.fixes)
+        assert any("medium: Memory" in f for f in shm.fixes)
     env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
-    result = checks_watchdog.check_cache_space(env, downloads=False)
-    assert (
-        result.status in ("PASS", "WARN") and str(tmp_path / ".cache/flashinfer") in result.reason
-    )
+    cache = checks_watchdog.check_cache_space(env, True, 5.0, sized(100 * GIB, 40 * GIB))
+    assert cache.status == "PASS"
+    assert cache.reason == f"40.0 GiB free for {tmp_path / '.cache/flashinfer'} (at {tmp_path})"
+
+
+# -- hard deadlines: a probe that blocks never holds pre-flight up ----------------------------
+
+
+@pytest.fixture
+def blocked() -> Iterator[threading.Event]:
+    """Released at teardown so the abandoned worker threads end."""
+    gate = threading.Event()
+    yield gate
+    gate.set()
+
+
+def test_hung_mount_hits_the_deadline(tmp_path: Path, blocked: threading.Event) -> None:
+    def hung(_path: Path) -> Usage:  # statvfs on a dead NFS server
+        blocked.wait(60)
+        return Usage(GIB)
+
+    env = {"FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
+    started = time.monotonic()
+    results = [
+        checks_watchdog.check_cache_space(env, True, 0.2, hung),
+        checks_watchdog.check_incident_space(tmp_path, 0.2, hung),
+        checks_watchdog.check_shm(inventory("10.0", "10.0"), tmp_path, 0.2, hung),
+    ]
+    assert time.monotonic() - started < 10  # three 0.2 s deadlines, not 60 s blocks
+    for result in results:
+        assert result.status == "WARN" and "did not return within 0.2 s" in result.reason
+
+
+def test_cdn_blocked_in_dns_hits_the_deadline(blocked: threading.Event) -> None:
+    """httpx's timeout does not cover getaddrinfo; a transport that blocks stands in for it."""
+
+    def resolve_forever(request: httpx.Request) -> httpx.Response:
+        blocked.wait(60)
+        return httpx.Response(200)
+
+    client = httpx.Client(transport=httpx.MockTransport(resolve_forever), timeout=0.2)
+    started = time.monotonic()
+    result = checks_cubins.probe_cdn("http://127.0.0.1:9/cubins/", 0.3, client=client)
+    assert time.monotonic() - started < 10
+    assert result.status == "FAIL" and "did not answer within 0.3 s" in result.reason
+    assert any("download-cubin" in f for f in result.fixes)
 
 
 def test_exit_code_strict() -> None:

@@ -111,19 +111,107 @@ def test_json_schema_and_exit_1_when_air_gapped(tmp_path: Path) -> None:
     assert by_id["versions"]["details"]["packages"]["flashinfer-python"] == "0.6.7"
 
 
+class Usage:
+    """shutil.disk_usage's result: every disk has 100 GiB, all free."""
+
+    total = free = 100 * 1024**3
+
+
+def fake_proc(root: Path, scope: str, capeff: str) -> Path:
+    (root / "self").mkdir(parents=True)
+    (root / "self" / "status").write_text(f"Uid:\t998\t998\t998\t998\nCapEff:\t{capeff}\n")
+    (root / "sys/kernel/yama").mkdir(parents=True)
+    (root / "sys/kernel/yama/ptrace_scope").write_text(scope + "\n")
+    return root
+
+
 def test_table_output_exit_0_with_prebuilt_kernels(tmp_path: Path) -> None:
+    """Every input pinned (GPUs, packages, PATH, /proc, disks, py-spy): the outcome is fixed."""
     libs = site(
         tmp_path,
         vllm="0.11.2",
         flashinfer_python="0.6.16",
         flashinfer_cubin="0.6.16",
         flashinfer_jit_cache="0.6.16+cu130",
+        torch="2.9.0",
     )
-    argv = ["--gpu-source", "none", "--python", sys.executable, "--cdn-url", refused_url()]
-    proc = cli(tmp_path, *argv, pythonpath=libs)
-    assert "STATUS" in proc.stdout and "cubin_package" in proc.stdout
-    failing = [line for line in proc.stdout.splitlines() if line.startswith("FAIL")]
-    assert proc.returncode == (1 if failing else 0), proc.stdout
+    bindir = tmp_path / "bin"  # no nvcc, no ninja: the prebuilt kernels make them unneeded
+    tool(bindir, "py-spy", "echo 'py-spy 0.4.1'\n")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = ["--python", sys.executable, "--cdn-url", refused_url(), "--strict"]
+    args = parser.parse_args([*argv, "--pyspy", str(bindir / "py-spy")])
+    opts = dataclasses.replace(
+        options_from_args(args),
+        environ={
+            "PATH": str(bindir),
+            "PYTHONPATH": str(libs),
+            "FLASHINFER_WORKSPACE_BASE": str(tmp_path),
+        },
+        proc_root=fake_proc(tmp_path / "proc", "1", "0000000000000000"),
+        cuda_default=tmp_path / "no-cuda",
+        systemd_root=tmp_path / "no-systemd",
+        shm=tmp_path,
+        disk_usage=lambda _path: Usage(),
+    )
+    two_gb200 = FakeGpuBackend(
+        {i: [GpuSample(index=i, name="NVIDIA GB200", cc="10.0")] for i in range(2)}
+    )
+    out = io.StringIO()
+    code = run(args, backend=two_gb200, options=opts, out=out)
+    text = out.getvalue()
+    assert code == 0, text  # with --strict: no FAIL and no WARN either
+    assert text.splitlines()[0].split() == ["STATUS", "CHECK", "REASON"]
+    rows = {
+        line.split()[1]: line.split()[0] for line in text.splitlines()[2:] if line[:1].isupper()
+    }
+    expected = {
+        "gpus": "PASS",
+        "versions": "PASS",
+        "nvcc": "SKIP",
+        "ninja": "SKIP",
+        "arch_list": "SKIP",
+        "cubin_package": "PASS",
+        "cubin_download": "SKIP",  # flashinfer-cubin ships them: the CDN is never asked
+        "fabric": "SKIP",
+        "fabric_manager": "SKIP",
+        "py_spy": "PASS",
+        "ptrace": "PASS",  # this process lacks CAP_SYS_PTRACE, but it is not the watchdog
+        "incident_space": "SKIP",
+        "cache_space": "PASS",
+        "shm": "PASS",
+    }
+    assert {k: rows.get(k) for k in expected} == expected, text
+    assert {v for k, v in rows.items() if k.startswith("known_bad")} == {"PASS"}, text
+    flat = " ".join(text.split())
+    assert "2 GPU(s): NVIDIA GB200; CC 10.0 (needs 10.0a)" in flat
+    assert "PASS py_spy py-spy 0.4.1 at " in flat  # the configured stand-in, not the real one
+    assert "preflight OK: " in text and "0 warnings, 0 failed" in text
+
+
+def test_pyspy_beside_the_watchdogs_python_passes_off_path(tmp_path: Path) -> None:
+    """The README's systemd install: a venv in /opt, only the entry point linked onto PATH.
+
+    The watchdog finds py-spy beside its own Python (resolve_pyspy); pre-flight must too.
+    """
+    venv_bin = tmp_path / "opt" / "hang-watchdog" / "bin"
+    venv_bin.mkdir(parents=True)
+    (venv_bin / "python").symlink_to(sys.executable)  # sys.executable stays the venv path
+    tool(venv_bin, "py-spy", "echo 'py-spy 0.4.1'\n")
+    empty = tmp_path / "usr-bin"
+    empty.mkdir()
+    env = {"PATH": str(empty), "PYTHONPATH": str(REPO), "FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
+    argv = ["--gpu-source", "none", "--python", sys.executable, "--json"]
+    proc = subprocess.run(
+        [str(venv_bin / "python"), "-c", MAIN, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    by_id = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert by_id["py_spy"]["status"] == "PASS", by_id["py_spy"]
+    assert by_id["py_spy"]["details"]["path"] == str(venv_bin / "py-spy")
 
 
 # -- the GB300 case, in process with a fake GPU ------------------------------------------------
@@ -190,13 +278,7 @@ def test_sm103_flashinfer_067_fails_then_passes_with_fallback_flag(tmp_path: Pat
 def test_strict_turns_warnings_into_exit_1(tmp_path: Path) -> None:
     flag = "--attention-config.use_trtllm_attention=0"
     args, opts = gb300_options(tmp_path, [f"--server-args={flag}", "--strict"])
-    opts = dataclasses.replace(
-        opts,
-        environ={
-            **opts.environ,
-            "PATH": opts.environ["PATH"].replace(os.path.dirname(sys.executable) + ":", ""),
-        },
-    )
+    opts = dataclasses.replace(opts, pyspy=str(tmp_path / "no-such-py-spy"))
     out = io.StringIO()
     code = run(args, backend=gb300(), options=opts, out=out)
     text = out.getvalue()

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import re
+import shlex
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from watchdog.config import load_config
+from watchdog.preflight import add_arguments, options_from_args
+from watchdog.sources.facts import trtllm_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMD = ROOT / "systemd"
 README_FRAGMENT = ROOT / "docs" / "readme" / "80-deployment.md"
+PREFLIGHT_FRAGMENT = ROOT / "docs" / "readme" / "70-preflight.md"
+DROP_IN = SYSTEMD / "vllm.service.d" / "10-hang-watchdog.conf"
 # Where the units expect the executables; the test points them at stand-ins it controls.
 EXECUTABLES = {"/usr/local/bin/hang-watchdog": "hang-watchdog", "/opt/vllm/bin/vllm": "vllm"}
 STATE_DIR = "/var/lib/hang-watchdog"
@@ -166,6 +173,78 @@ def test_vllm_unit_runs_preflight_and_applies_fallback_args() -> None:
     (start,) = values(unit, "ExecStart")
     # $VAR (unbraced, its own word) splits into arguments and disappears when unset.
     assert re.search(r"(^|\s)\$VLLM_WATCHDOG_ARGS(\s|$)", start), start
+
+
+def systemd_expand(command: str, env: Mapping[str, str]) -> list[str]:
+    """A command line as systemd runs it (systemd.service(5), "Command lines"): split into words
+    first (quotes group), then `$VAR` as a word of its own becomes zero or more arguments split at
+    whitespace, and `${VAR}` inside a word is replaced verbatim (empty when unset)."""
+    argv: list[str] = []
+    for word in shlex.split(command):
+        whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
+        if whole:
+            argv += env.get(whole[1], "").split()
+            continue
+        argv.append(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env.get(m[1], ""), word))
+    return argv
+
+
+def preflight_server_args(unit: Path, env: Mapping[str, str]) -> tuple[str, ...]:
+    """What the unit's preflight ExecStartPre= passes as --server-args, parsed by preflight."""
+    (pre,) = [v for v in values(unit, "ExecStartPre") if " preflight " in v]
+    argv = systemd_expand(pre, env)
+    assert argv[:2] == ["/usr/local/bin/hang-watchdog", "preflight"], argv
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return options_from_args(parser.parse_args(argv[2:])).server_args
+
+
+# The operator's own arguments, and the fallback the systemd restarter writes for vLLM >= 0.13.
+OPERATOR = {"VLLM_MODEL": "my-model", "VLLM_SERVE_ARGS": "--tensor-parallel-size 8 --port 8000"}
+FALLBACK = {"VLLM_WATCHDOG_ARGS": "--attention-config.use_trtllm_attention=0"}
+
+
+@pytest.mark.parametrize("unit", [SYSTEMD / "vllm.service", DROP_IN], ids=["unit", "drop-in"])
+def test_preflight_sees_the_servers_args_and_the_fallback(unit: Path) -> None:
+    """Without them pre-flight FAILs SM103 + FlashInfer 0.6.7 even when the server runs with
+    TRTLLM attention off, so the fallback could never start."""
+    with_fallback = preflight_server_args(unit, {**OPERATOR, **FALLBACK})
+    assert trtllm_attention(with_fallback, {}) is False, with_fallback
+    assert "--tensor-parallel-size" in with_fallback
+    operator_disabled = {"VLLM_SERVE_ARGS": "--attention-config.use_trtllm_attention=0"}
+    assert trtllm_attention(preflight_server_args(unit, operator_disabled), {}) is False
+    assert preflight_server_args(unit, {}) == ()  # both unset: still a valid invocation
+
+
+def test_preflight_gets_exactly_the_arguments_exec_start_gets() -> None:
+    env = {**OPERATOR, **FALLBACK}
+    (start,) = values(SYSTEMD / "vllm.service", "ExecStart")
+    served = systemd_expand(start, env)
+    assert served[:3] == ["/opt/vllm/bin/vllm", "serve", "my-model"]
+    assert tuple(served[3:]) == preflight_server_args(SYSTEMD / "vllm.service", env)
+    # The drop-in's documented ExecStart for the operator's own unit agrees too.
+    (example,) = re.findall(r"^#\s+ExecStart=(/\S.*)$", DROP_IN.read_text(), re.MULTILINE)
+    assert tuple(systemd_expand(example, env)[3:]) == preflight_server_args(DROP_IN, env)
+
+
+def test_readme_excerpt_matches_the_shipped_unit() -> None:
+    text = PREFLIGHT_FRAGMENT.read_text()
+    unit = SYSTEMD / "vllm.service"
+    for key in ("ExecStartPre", "ExecStart", "EnvironmentFile", "StartLimitBurst"):
+        section = "Unit" if key.startswith("StartLimit") else "Service"
+        for value in values(unit, key, section):
+            assert f"{key}={value}\n" in text, f"{key}={value}"
+
+
+@pytest.mark.parametrize("unit", [SYSTEMD / "vllm.service", DROP_IN], ids=["unit", "drop-in"])
+def test_failing_preflight_hits_a_start_limit(unit: Path) -> None:
+    """Restart=on-failure re-runs a failing ExecStartPre=; without a start limit, forever."""
+    (interval,) = values(unit, "StartLimitIntervalSec", "Unit")
+    (burst,) = values(unit, "StartLimitBurst", "Unit")
+    restart_sec = int(values(SYSTEMD / "vllm.service", "RestartSec")[0])
+    assert int(burst) >= 1
+    # A preflight failing at once restarts every RestartSec: the burst must fit in the interval.
+    assert int(interval) > int(burst) * restart_sec
 
 
 @needs_analyze

@@ -60,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--incident-dir", metavar="DIR", help="where incident bundles go (checks free space)"
     )
     parser.add_argument(
+        "--pyspy",
+        metavar="PATH",
+        help="the py-spy the watchdog is configured with (its `pyspy` key; default: the "
+        "watchdog's lookup, beside its Python and then on PATH)",
+    )
+    parser.add_argument(
         "--gpu-source",
         choices=("nvml", "none"),
         default="nvml",
@@ -85,6 +91,7 @@ def options_from_args(args: argparse.Namespace) -> PreflightOptions:
         timeout_s=args.timeout,
         incident_dir=Path(args.incident_dir) if args.incident_dir else None,
         gpu_source=args.gpu_source,
+        pyspy=args.pyspy or None,
     )
 
 

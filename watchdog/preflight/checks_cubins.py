@@ -2,7 +2,7 @@
 
 A download that cannot complete costs minutes of retries per file after the weights are loaded
 (flashinfer jit/cubin_loader.py download_file: 4 attempts, 10 s timeout; domain.md 1.5). The
-CDN is contacted only here, only with a HEAD, only with a short deadline.
+CDN is contacted only here, only with a HEAD, only under a hard deadline (DNS included).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from watchdog.preflight.deadline import DeadlineExceeded, call_with_deadline
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
 
 # flashinfer jit/cubin_loader.py, identical v0.6.7 .. v0.6.18rc7 (domain.md 1.1).
@@ -114,14 +115,25 @@ def _is_loopback(host: str) -> bool:
 
 
 def probe_cdn(url: str, timeout_s: float, client: httpx.Client | None = None) -> CheckResult:
-    """HEAD the repository with a deadline; unreachable means runtime downloads would hang."""
+    """HEAD the repository under a hard deadline; unreachable means runtime downloads would hang.
+
+    httpx's timeout covers connect, read and write but not the DNS lookup, which blocks in
+    getaddrinfo (a resolver that never answers holds it for minutes), so the whole request runs
+    under `call_with_deadline`. `client` is the seam for tests (a transport that blocks).
+    """
     host = urlsplit(url).hostname or ""
-    own = client is None
-    # Proxies from the environment apply to the real CDN, never to a loopback stand-in.
-    http = client or httpx.Client(timeout=timeout_s, trust_env=not _is_loopback(host))
+
+    def head() -> httpx.Response:
+        if client is not None:
+            return client.head(url)
+        # Proxies from the environment apply to the real CDN, never to a loopback stand-in.
+        # The worker closes its own client, so an abandoned request never blocks the caller.
+        with httpx.Client(timeout=timeout_s, trust_env=not _is_loopback(host)) as own:
+            return own.head(url)
+
     try:
-        response = http.head(url)
-    except httpx.TimeoutException:
+        response = call_with_deadline(head, timeout_s, name="preflight-cdn")
+    except (httpx.TimeoutException, DeadlineExceeded):
         return failed(
             "cubin_download",
             f"the cubin repository {url} did not answer within {timeout_s:g} s",
@@ -133,9 +145,6 @@ def probe_cdn(url: str, timeout_s: float, client: httpx.Client | None = None) ->
             f"cannot reach the cubin repository {url}: {type(e).__name__}: {e}",
             _AIRGAP_FIXES,
         )
-    finally:
-        if own:
-            http.close()
     if response.status_code >= 400:
         return warned(
             "cubin_download",

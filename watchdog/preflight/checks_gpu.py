@@ -7,15 +7,17 @@ NVML for minutes and pre-flight must never hang.
 from __future__ import annotations
 
 import contextlib
-import threading
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from watchdog.preflight import deadline
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
 from watchdog.sources.gpu import FabricInfo, GpuBackend, GpuError
 
 T = TypeVar("T")
+log = logging.getLogger("hang_watchdog.preflight")
 
 
 @dataclass(frozen=True)
@@ -55,25 +57,16 @@ def arch_target(cc: str) -> str:
 
 
 def call_with_deadline(fn: Callable[[], T], timeout_s: float) -> T:
-    """Run `fn` in a daemon thread; raise GpuError if it does not return within `timeout_s`."""
-    box: dict[str, object] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except GpuError as e:
-            box["error"] = e
-
-    worker = threading.Thread(target=target, name="preflight-gpu", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        raise GpuError(f"GPU backend did not answer within {timeout_s:g} s")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    if "value" not in box:
-        raise GpuError("GPU backend failed unexpectedly (traceback on stderr)")
-    return box["value"]  # type: ignore[return-value]
+    """Run `fn` under a hard deadline; raise GpuError if it does not return within `timeout_s`."""
+    try:
+        return deadline.call_with_deadline(fn, timeout_s, name="preflight-gpu")
+    except deadline.DeadlineExceeded as e:
+        raise GpuError(f"GPU backend did not answer within {timeout_s:g} s") from e
+    except GpuError:
+        raise
+    except Exception as e:  # a bug in a backend must not take pre-flight down
+        log.exception("GPU backend failed unexpectedly")
+        raise GpuError(f"GPU backend failed unexpectedly: {type(e).__name__}: {e}") from e
 
 
 def collect_gpus(

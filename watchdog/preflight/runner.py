@@ -41,6 +41,10 @@ class PreflightOptions:
     systemd_root: Path = Path("/run/systemd/system")
     proc_root: Path = Path("/proc")
     shm: Path = Path("/dev/shm")
+    # The py-spy the watchdog is configured with (its `pyspy` key); None: the watchdog's own
+    # lookup, beside this Python and then on PATH.
+    pyspy: str | None = None
+    disk_usage: checks_watchdog.DiskUsage = shutil.disk_usage
 
 
 def resolve_python(opts: PreflightOptions) -> str | None:
@@ -121,10 +125,11 @@ def _watchdog(
     opts: PreflightOptions, inv: GpuInventory, versions: Mapping[str, str | None] | None
 ) -> list[CheckResult]:
     downloads = checks_cubins.downloads_needed(versions)
+    timeout, usage = opts.timeout_s, opts.disk_usage
     return [
-        checks_watchdog.check_pyspy(opts.environ, opts.timeout_s),
+        checks_watchdog.check_pyspy(timeout, opts.pyspy),
         checks_watchdog.check_ptrace(opts.proc_root),
-        checks_watchdog.check_incident_space(opts.incident_dir),
-        checks_watchdog.check_cache_space(opts.environ, downloads),
-        checks_watchdog.check_shm(inv, opts.shm),
+        checks_watchdog.check_incident_space(opts.incident_dir, timeout, usage),
+        checks_watchdog.check_cache_space(opts.environ, downloads, timeout, usage),
+        checks_watchdog.check_shm(inv, opts.shm, timeout, usage),
     ]
