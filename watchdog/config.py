@@ -44,6 +44,9 @@ class Config:
     journal_unit: str | None = _f(None, "follow this unit's journal (journalctl -f -u UNIT)")
     vllm_url: str | None = _f(None, "base URL of the server's HTTP API, e.g. http://127.0.0.1:8000")
     gpu_source: str = _f("nvml", "nvml | dcgm:URL | file:PATH | none")
+    gpus: list[str] = _f(
+        [], "judge only these GPUs (indices or UUIDs; default: the server's own, found itself)"
+    )
     cdn_hosts: list[str] = _f([], "extra kernel-CDN hosts HOST[:PORT] to watch sockets to")
     cdn_default: bool = _f(
         True, "also watch FlashInfer's default CDN edge.urm.nvidia.com (resolved in the background)"
@@ -68,7 +71,9 @@ class Config:
         0.15, "DRAM ratio above which a slow batch is real work, not a hang", lo=0
     )
     # outputs
-    log_format: str = _f("text", "how verdict lines on stderr look", choices=("text", "json"))
+    log_format: str = _f(
+        "text", "how log, state and verdict lines on stderr look", choices=("text", "json")
+    )
     metrics_addr: str = _f("127.0.0.1:9433", "exporter listen address HOST:PORT, or 'off'")
     metrics_stale_s: float = _f(30.0, "/healthz answers 503 when the loop is older than this", lo=1)
     incident_dir: str | None = _f(

@@ -9,15 +9,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from watchdog.classify import Thresholds, classify
 from watchdog.config import Config
 from watchdog.emit import Emitter
-from watchdog.model import LogEvent, Observation, ProcSnapshot, StackSample, Verdict
+from watchdog.gpuscope import in_container, server_gpus
+from watchdog.model import (
+    GpuSample,
+    LogEvent,
+    Observation,
+    ProcSnapshot,
+    StackSample,
+    Verdict,
+)
 from watchdog.signatures import SignatureSet
+from watchdog.sources.base import SourceHealth
+from watchdog.sources.deadline import DeadlineCall
 from watchdog.sources.procenv import read_environ
 from watchdog.window import Window
 
@@ -83,6 +93,14 @@ class Daemon:
         self.stats = LoopStats()
         self._pending_stacks: tuple[StackSample, ...] = ()
         self._injected: list[LogEvent] = []
+        # /proc reads of a process stuck in the driver can block: never in the loop's thread.
+        deadline = max(1.0, 2 * cfg.tick_s)
+        self._procs_call = DeadlineCall("procs", _health(sources.procs), deadline)
+        self._facts_call = DeadlineCall("facts", _health(sources.facts), deadline)
+        self._server_environ: dict[str, str] | None = None
+        self._gpu_scope: tuple[str, tuple[int, ...]] | None = None
+        # NVML reports host PIDs: match them against the server's only outside a container.
+        self.host_pids = not in_container()
 
     def inject(self, event: LogEvent) -> None:
         """An event a hook observed itself (the idle canary) goes into the next observation."""
@@ -95,19 +113,19 @@ class Daemon:
     def observe(self) -> Observation:
         """One tick's snapshot of every source; a failing source contributes nothing."""
         s = self.sources
-        procs: ProcSnapshot | None = _safe(s.procs, lambda: s.procs.poll())
+        procs: ProcSnapshot | None = _safe(s.procs, lambda: self._procs_call(s.procs.poll))
         pids = (
             list(s.procs.pids())
             if s.procs is not None and procs is not None and procs.alive
             else []
         )
         target = procs.target_pid if procs is not None and procs.alive else None
-        facts = dict(_safe(s.facts, lambda: s.facts.poll(target)) or {})
+        facts = dict(_safe(s.facts, lambda: self._facts_call(lambda: s.facts.poll(target))) or {})
         # The facts source reads the target's environment each tick already; reuse it.
         environ = facts.get("environ")
         if environ is None and s.conns is not None and target is not None:
-            environ = read_environ(target)
-        gpus = _safe(s.gpu, lambda: s.gpu.poll()) or ()
+            environ = self._procs_call(lambda: read_environ(target))
+        gpus = self._server_gpus(_safe(s.gpu, lambda: s.gpu.poll()) or (), environ, pids)
         if gpus:  # recorded in the timeline; survives a restart of the server (window.py)
             facts = {**facts, "gpu_cc": sorted({g.cc for g in gpus if g.cc})}
         obs = Observation(
@@ -126,6 +144,26 @@ class Daemon:
         self._injected = []
         return obs
 
+    def _server_gpus(
+        self, gpus: Sequence[GpuSample], environ: dict[str, str] | None, pids: list[int]
+    ) -> tuple[GpuSample, ...]:
+        """Only the watched server's GPUs count (gpuscope.py); say when the choice changes."""
+        if environ is not None:
+            self._server_environ = environ  # keep the last one seen: the target may be gone
+        chosen, how = server_gpus(
+            gpus,
+            configured=self.cfg.gpus,
+            environ=self._server_environ,
+            tree_pids=pids,
+            same_pid_namespace=self.host_pids,
+        )
+        key = (how, tuple(g.index for g in chosen))
+        if gpus and key != self._gpu_scope:
+            self._gpu_scope = key
+            which = ", ".join(str(g.index) for g in chosen) or "none"
+            log.info("judging GPU(s) %s of %d (chosen by %s)", which, len(gpus), how)
+        return chosen
+
     def tick(self) -> Verdict:
         """Observe, classify, run the hooks; returns the verdict."""
         start = self.clock()
@@ -136,7 +174,6 @@ class Daemon:
         self.verdict = verdict
         if old is None or old.state != verdict.state or old.signature != verdict.signature:
             self.emitter.state_change(old.state if old else None, verdict)
-        self.stats.last_duration_s = self.clock() - start
         for hook in self.hooks:
             try:
                 hook.on_tick(obs, verdict, self)
@@ -145,6 +182,8 @@ class Daemon:
                 log.exception("hook %s failed; the loop carries on", type(hook).__name__)
         self.stats.iterations += 1
         self.stats.last_loop_end = self.clock()
+        # The whole iteration, hooks included; the exporter reports it on the next tick.
+        self.stats.last_duration_s = self.stats.last_loop_end - start
         return verdict
 
     def run(
@@ -172,6 +211,8 @@ class Daemon:
         return self.verdict
 
     def close(self) -> None:
+        self._procs_call.close()
+        self._facts_call.close()
         for src in self.sources.all():
             close = getattr(src, "close", None)
             if close is not None:
@@ -186,6 +227,10 @@ class Daemon:
                     close()
                 except Exception:
                     log.debug("closing %s failed", hook, exc_info=True)
+
+
+def _health(source: Any) -> SourceHealth | None:
+    return getattr(source, "health", None)
 
 
 def _safe(source: Any, call: Callable[[], Any]) -> Any:

@@ -107,7 +107,7 @@ class MetricsSink(Collector):
         }
         self.registry.register(self)
 
-    def observe(self, obs: Observation, verdict: Verdict, loop_seconds: float) -> None:
+    def observe(self, obs: Observation, verdict: Verdict, loop_seconds: float | None) -> None:
         """Record one completed loop iteration: replaces every per-loop series."""
         series = _loop_series(obs, verdict, self._wall())
         signature = verdict.signature if verdict.is_hang else None
@@ -117,11 +117,12 @@ class MetricsSink(Collector):
             self._hang = (signature, float(verdict.confidence))
             self._series = series
             self._last_loop_t = self._clock()
-            self._loop_count += 1
-            self._loop_sum += loop_seconds
-            for i, bound in enumerate(LOOP_BUCKETS):
-                if loop_seconds <= bound:
-                    self._buckets[i] += 1
+            if loop_seconds is not None:
+                self._loop_count += 1
+                self._loop_sum += loop_seconds
+                for i, bound in enumerate(LOOP_BUCKETS):
+                    if loop_seconds <= bound:
+                        self._buckets[i] += 1
 
     def incident(self, signature: str) -> None:
         """Count one newly opened incident for a signature."""

@@ -116,7 +116,7 @@ METRICS: tuple[MetricSpec, ...] = (
         "hang_watchdog_loop_duration_seconds",
         "histogram",
         (),
-        "Wall time of one watchdog loop iteration.",
+        "Wall time of one watchdog loop iteration: sources, classification and every hook.",
     ),
     MetricSpec(
         "hang_watchdog_last_loop_timestamp_seconds",

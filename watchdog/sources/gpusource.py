@@ -9,8 +9,6 @@ when the call returns. `make_gpu_source` turns the `--gpu-source` option into a 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -22,6 +20,7 @@ import httpx
 from watchdog.model import GpuSample
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.dcgm import DcgmSource
+from watchdog.sources.deadline import Worker
 from watchdog.sources.gpu import FabricInfo, GpuBackend, GpuError
 from watchdog.sources.gpufile import GpuFileSource
 from watchdog.sources.nvml import NvmlBackend
@@ -29,36 +28,6 @@ from watchdog.sources.nvml import NvmlBackend
 log = logging.getLogger("hang_watchdog.sources.gpu")
 
 T = TypeVar("T")
-
-Job = tuple[Callable[[], Any], "Future[Any]"]
-
-
-class _Worker:
-    """One long-lived daemon thread running jobs in order (daemon: a call stuck in the driver
-    must not block interpreter exit, which ThreadPoolExecutor's non-daemon threads would)."""
-
-    def __init__(self, name: str) -> None:
-        self._jobs: queue.Queue[Job | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, fn: Callable[[], T]) -> Future[T]:
-        fut: Future[T] = Future()
-        self._jobs.put((fn, fut))
-        return fut
-
-    def stop(self) -> None:
-        self._jobs.put(None)
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, fut = job
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                fut.set_result(fn())
-            except Exception as exc:  # relayed to the caller through the future, not swallowed
-                fut.set_exception(exc)
 
 
 class GpuSource:
@@ -81,7 +50,7 @@ class GpuSource:
         self._clock = clock
         self._init_retry_s = init_retry_s
         self._log = logger
-        self._worker: _Worker | None = None  # started on first use, not at construction
+        self._worker: Worker | None = None  # started on first use, not at construction
         self._pending: tuple[str, Future[Any]] | None = None  # a call past its deadline
         self._ready = False
         self._next_init_at: float | None = None
@@ -141,7 +110,7 @@ class GpuSource:
     def _call(self, kind: str, fn: Callable[[], T]) -> T | None:
         """Run fn in the worker and wait up to the deadline; down (and None) on error/timeout."""
         if self._worker is None:
-            self._worker = _Worker(f"{self.name}-backend")
+            self._worker = Worker(f"{self.name}-backend")
         fut = self._worker.submit(fn)
         try:
             return fut.result(timeout=self._deadline_s)

@@ -1,0 +1,91 @@
+"""Run a source's blocking call in its own daemon thread, with a deadline per call.
+
+A hung driver call or a read of `/proc/PID/cmdline` or `environ` (which waits for the
+target's mmap lock, held by a process stuck in the driver) must not freeze the loop: the
+self-watchdog would stop pinging, systemd would restart the watchdog, and it would block again.
+A call past its deadline marks the source down; later calls skip the source until the stuck
+one returns, so stuck threads never pile up.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, TypeVar
+
+from watchdog.sources.base import SourceHealth
+
+T = TypeVar("T")
+
+Job = tuple[Callable[[], Any], "Future[Any]"]
+
+
+class Worker:
+    """One long-lived daemon thread running jobs in order (daemon: a call stuck in the driver
+    must not block interpreter exit, which ThreadPoolExecutor's non-daemon threads would)."""
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.Queue[Job | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn: Callable[[], T]) -> Future[T]:
+        fut: Future[T] = Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, fut = job
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except Exception as exc:  # relayed to the caller through the future, not swallowed
+                fut.set_exception(exc)
+
+
+class DeadlineCall:
+    """Calls into one source from a worker thread; None (and the source down) past the deadline.
+
+    Exceptions from the call propagate to the caller, whose own guard decides what they mean.
+    """
+
+    def __init__(self, name: str, health: SourceHealth | None, deadline_s: float) -> None:
+        self.name, self.health, self.deadline_s = name, health, deadline_s
+        self._worker: Worker | None = None
+        self._stuck: Future[Any] | None = None
+
+    def __call__(self, fn: Callable[[], T]) -> T | None:
+        if self._stuck is not None:
+            if not self._stuck.done():
+                self._down()
+                return None
+            self._stuck = None
+        if self._worker is None:
+            self._worker = Worker(f"{self.name}-poll")
+        fut = self._worker.submit(fn)
+        try:
+            return fut.result(timeout=self.deadline_s)
+        except FutureTimeout:
+            self._stuck = fut
+            self._down()
+            return None
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def _down(self) -> None:
+        if self.health is not None:
+            self.health.down(
+                f"{self.name} poll did not return within {self.deadline_s:.1f} s "
+                "(a /proc read blocked by a process stuck in the driver?); skipped until it does"
+            )
