@@ -90,6 +90,8 @@ class MetricsSink(Collector):
         self._wall = wall
         self._lock = threading.Lock()
         self._incidents: dict[str, float] = {s: 0.0 for s in signatures}
+        # hang_watchdog_hang covers signatures only; incidents also count "stalled" episodes.
+        self._signatures: list[str] = list(signatures)
         self._hang: tuple[str | None, float] = (None, 0.0)  # (signature, confidence)
         self._captures: dict[str, float] = {r: 0.0 for r in STACK_RESULTS}
         self._remediations: dict[tuple[str, str], float] = {}
@@ -114,6 +116,8 @@ class MetricsSink(Collector):
         with self._lock:
             if signature is not None:
                 self._incidents.setdefault(signature, 0.0)  # a signature the list lacked
+                if signature not in self._signatures:
+                    self._signatures.append(signature)
             self._hang = (signature, float(verdict.confidence))
             self._series = series
             self._last_loop_t = self._clock()
@@ -190,7 +194,7 @@ class MetricsSink(Collector):
     def _counters(self) -> dict[str, Series]:
         """The series that outlive a loop: signatures, counters, remediation state."""
         signature, confidence = self._hang
-        sigs = list(self._incidents)
+        sigs = list(self._signatures)
         return {
             "hang_watchdog_hang": [((s,), float(s == signature)) for s in sigs],
             "hang_watchdog_hang_confidence_ratio": [
