@@ -60,7 +60,8 @@ def test_headline_cdn_socket_and_spin_is_cubin_download_stall(sigs: SignatureSet
     frozen_bar(tl, 40, cdn=True)
     v = final(tl.obs, sigs)
     assert (v.state, v.signature) == ("hung", "cubin_download_stall")
-    assert {"conns", "progress"} <= sources(v)
+    assert {"conns", "progress", "gpu"} <= sources(v)  # the GPU figures come as context
+    assert any(e.detail.startswith("GPU 0: SM 0.99, DRAM 0.00") for e in v.evidence)
     assert any("edge.urm.nvidia.com" in e.detail for e in v.evidence if e.source == "conns")
     assert v.fallback == "disable_trtllm_attention" and v.fix and v.references
 

@@ -72,7 +72,10 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             signature=sig.id,
             title=sig.title,
             confidence=round(min(conf, 1.0), 3),
-            evidence=tuple(ev) + ctx.capture_problems(),
+            # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
+            evidence=tuple(ev)
+            + (() if any(e.source == "gpu" for e in ev) else ctx.gpu_figures())
+            + ctx.capture_problems(),
             fix=sig.fix,
             commands=sig.commands,
             references=sig.references,
