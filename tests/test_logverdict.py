@@ -95,3 +95,11 @@ def test_matched_lines_are_capped(sigs: SignatureSet) -> None:
 
 def _ids(matches: list) -> list[str]:
     return [m.signature.id for m in matches]
+
+
+def test_failing_cubin_fetches_name_cubin_download_stall(sigs: SignatureSet) -> None:
+    # The headline signature from its log lines (built from FlashInfer 0.6.7's formats:
+    # tests/data/classify/README.md); a healthy fetch (a_fi4985) names nothing, above.
+    found = name_signatures(events(sample_lines("classify/cubin_download_v067.log"), sigs), sigs)
+    assert found and found[0].signature.id == "cubin_download_stall"
+    assert any("attempt" in line for line in found[0].lines)

@@ -319,3 +319,26 @@ def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) 
     window.append(replace(obs, t=2.0, stacks=daemon.attached[0]))
     problems = Context(window, window.latest, Thresholds()).capture_problems()
     assert any("py-spy not found" in e.detail for e in problems)
+
+
+@needs_pyspy
+@pytest.mark.parametrize(
+    ("target", "signature"),
+    [("download_stall.py", "cubin_download_stall"), ("collective_wait.py", "collective_hang")],
+)
+def test_real_py_spy_stacks_name_the_signature(target: str, signature: str) -> None:
+    """What py-spy prints for a stuck process, fed to the classifier as the daemon does."""
+    from tests.obsbuilder import Timeline, final, frozen_bar, gpu, procs
+    from watchdog.signatures import load_signatures
+
+    proc = start_target(target)
+    try:
+        result = StackCapturer(deadline_s=30.0, second_after_s=1.0).capture_now([_proc(proc)])
+    finally:
+        stop(proc)
+    assert result.result == "ok", result.reason
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    frozen_bar(tl, 30, stacks=tuple(result.samples))
+    v = final(tl.obs, load_signatures())
+    assert (v.state, v.signature) == ("hung", signature)
+    assert any(e.source == "stacks" and f"pid {proc.pid}" in e.detail for e in v.evidence)
