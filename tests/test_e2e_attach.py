@@ -232,3 +232,36 @@ def test_kernel_deadlock_by_compute_capability(
     verdict = json.loads(done.stdout)
     assert verdict["state"] == "hung" and verdict["signature"] == expected, verdict
     assert {"gpu", "progress"} <= evidence_sources(verdict), verdict["evidence"]
+
+
+def test_secrets_in_the_servers_environment_and_argv_never_reach_disk(
+    tmp_path: Path, sim_factory: Callable[..., SimHandle], cdn_factory: Callable[[str], int]
+) -> None:
+    """Plant secrets in the simulated server; nothing the watchdog writes may contain them."""
+    secrets = {
+        "HF_TOKEN": "hf_plantedSecretValue0001",
+        "VLLM_API_KEY": "planted-api-key-0002",
+        "FLASHINFER_CUBINS_REPOSITORY": "https://user:planted-pass-0003@127.0.0.1:9/artifactory/",
+    }
+    argv_secret = "planted-argv-key-0004"
+    cdn = cdn_factory("blackhole")
+    sim = sim_factory(
+        "cubin_download_stall",
+        extra_args=["--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/", "--api-key", argv_secret],
+        env=secrets,
+    )
+    args = ["--pid", str(sim.pid), *sim_sources(sim), "--cdn-host", f"127.0.0.1:{cdn}", *SHORT]
+    args += ["--duration", "60", "--until-hang", "--incident-dir", str(tmp_path / "inc")]
+    done = diagnose(tmp_path, args)
+    assert done.returncode == 1, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}"
+    files = [p for p in (tmp_path / "inc").rglob("*") if p.is_file()]
+    assert any(p.parent.name == "stacks" for p in files), files  # the dumps were written
+    env = json.loads(next(p for p in files if p.name == "incident.json").read_text())
+    assert env["environment"]["env"]["HF_TOKEN"] == "<redacted>"
+    planted = [*(v.split("@")[0].split(":")[-1] for v in secrets.values()), argv_secret]
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for secret in planted:
+            assert secret not in text, f"{secret!r} reached {path}"
+    for secret in planted:
+        assert secret not in done.stdout and secret not in done.stderr

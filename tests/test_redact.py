@@ -114,3 +114,12 @@ def test_redact_tree_walks_nested_data() -> None:
     out = redact_tree(tree)
     assert HF not in str(out) and "plain" not in str(out)
     assert out["n"] == 3 and out["ok"] == "fine"
+
+
+def test_a_secret_option_and_its_value_in_separate_argv_items() -> None:
+    argv = ["vllm", "serve", "m", "--api-key", "sk-plain-0004", "--max-num-batched-tokens", "8192"]
+    argv += ["--hf-token", "--port", "8000", "--api-key", "--", "--lora-key", "42"]
+    assert redact_tree({"cmdline": argv})["cmdline"] == [
+        "vllm", "serve", "m", "--api-key", "<redacted>", "--max-num-batched-tokens", "8192",
+        "--hf-token", "--port", "8000", "--api-key", "--", "--lora-key", "42",
+    ]  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 SECRET_NAME_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "CREDENTIAL")
@@ -47,6 +47,7 @@ _SECRET_WORD = r"(?:[A-Za-z0-9]+[-_.])*(?:token|key|apikey|secret|password|passw
 _NAME = _SECRET_WORD + r"(?:[-_.][A-Za-z0-9]+)*"
 _VALUE = r"([\"']?)([^\s\"',;]+)"
 _OPTION_RE = re.compile(r"(?i)(?<![\w-])(--?" + _NAME + r")(=|\s+)" + _VALUE)
+_OPTION_NAME_RE = re.compile(r"(?i)--?" + _NAME)
 _ASSIGN_RE = re.compile(r"(?i)(?<![\w-])(" + _NAME + r")([\"']?\s*[=:]\s*)" + _VALUE)
 # A standalone word of key characters; words joined to identifiers, file names or paths by `_`,
 # `.`, `-` or a leading `/` are kernel names and paths (evidence), not keys.
@@ -91,8 +92,24 @@ def redact_tree(obj: Any) -> Any:
             for k, v in obj.items()
         }
     if isinstance(obj, (list, tuple)):
+        if obj and all(isinstance(v, str) for v in obj):
+            return redact_argv(obj)
         return [redact_tree(v) for v in obj]
     return obj
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """A command line as a list: `--api-key VALUE` spans two items, so the item after a
+    secret-named option is redacted too (unless it is the next option or a plain number)."""
+    out: list[str] = []
+    hide = False
+    for arg in argv:
+        if hide and not arg.startswith("-") and not _HARMLESS_RE.fullmatch(arg):
+            out.append(REDACTED)
+        else:
+            out.append(redact_text(arg))
+        hide = bool(_OPTION_NAME_RE.fullmatch(arg))
+    return out
 
 
 def _secret_key(key: object) -> bool:

@@ -88,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fake-versions", default="", help="e.g. vllm=0.11.0,flashinfer-python=0.6.7")
     p.add_argument("--workdir", help="scratch directory (default: a new temp dir)")
     p.add_argument("--model", default="sim/Llama-3.1-8B-Instruct")
+    p.add_argument("--api-key", help="accepted like vLLM's (a secret on the command line)")
     return p
 
 
