@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -310,3 +312,56 @@ def test_port_taken_is_a_clear_error_and_stop_is_idempotent(sink: MetricsSink):
     server.stop()  # twice is harmless
     with pytest.raises(ValueError, match="off"):
         MetricsServer(sink, "off")
+
+
+def test_healthz_goes_503_when_the_real_loop_is_stuck(tmp_path) -> None:
+    """build() wires metrics_stale_s through; a hook stuck in the loop turns /healthz 503."""
+
+    from watchdog.config import Config
+    from watchdog.wiring import build
+
+    log = tmp_path / "server.log"
+    log.write_text("")
+    cfg = Config(
+        gpu_source="none",
+        log_files=[str(log)],
+        metrics_addr="127.0.0.1:0",
+        metrics_stale_s=1.0,
+        tick_s=0.1,
+        stacks=False,
+        cdn_default=False,
+    )
+    built = build(cfg)
+    hold, stop = threading.Event(), threading.Event()
+
+    class Stuck:
+        def on_tick(self, obs, verdict, daemon) -> None:
+            while hold.is_set() and not stop.is_set():
+                time.sleep(0.05)
+
+    built.daemon.hooks.append(Stuck())
+    host, port = built.server.start()
+    loop = threading.Thread(target=built.daemon.run, args=(stop,), daemon=True)
+    loop.start()
+    url = f"http://{host}:{port}/healthz"
+    try:
+        deadline = time.monotonic() + 10
+        while httpx.get(url, timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "never healthy"
+            time.sleep(0.1)
+        hold.set()
+        deadline = time.monotonic() + 10
+        while (resp := httpx.get(url, timeout=5)).status_code != 503:
+            assert time.monotonic() < deadline, "a stuck loop never turned /healthz 503"
+            time.sleep(0.1)
+        assert resp.text.startswith("stale: last loop")
+        hold.clear()
+        deadline = time.monotonic() + 10
+        while httpx.get(url, timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "did not recover once the loop moved again"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        loop.join(timeout=10)
+        built.server.stop()
+        built.daemon.close()

@@ -280,6 +280,18 @@ def test_real_watchdog_hung_sim_fires_and_healthy_sim_does_not(
             150,
             f"InferenceServerHung{{signature=cubin_download_stall}} (see {hung.log.name})",
         )
+        # The dashboard on a real watchdog: every query runs, and the panels an operator reads
+        # first show the hung instance's figures.
+        vars_hung = {**GRAFANA_VARS, "$instance": hung.target.replace(".", "\\\\.")}
+        shown = {}
+        for title, expr in dashboard_targets():
+            for var, value in vars_hung.items():
+                expr = expr.replace(var, value)
+            shown[title] = shown.get(title, False) or bool(prom.query(expr))
+        wanted = ("Server state per instance", "SM utilisation vs DRAM bandwidth per GPU",
+                  "Seconds since progress", "Hang signatures", "CDN connections",
+                  "Source health", "Watchdog loop age and duration", "GPU power")  # fmt: skip
+        assert [t for t in wanted if not shown.get(t)] == [], shown
         # The healthy watchdog ran as long as the hung one, well past every hang rule's for:.
         assert prom.query(
             f'hang_watchdog_state{{instance="{healthy.target}",state="serving"}} == 1'
