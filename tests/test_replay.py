@@ -223,3 +223,32 @@ def test_replay_corrupt_timeline_exits_2(tmp_path: Path) -> None:
     done = replay(str(bad))
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert str(bad) in done.stderr
+
+
+def test_replay_timeline_on_stdin_matches_the_same_file(tmp_path: Path) -> None:
+    """`replay -` parses the bytes it read; it used to open a file named "-" and crash."""
+    timeline = tmp_path / "timeline-copy.jsonl"  # outside its bundle: default thresholds
+    shutil.copy(DATA / "replay" / "trtllm_bundle" / "timeline.jsonl", timeline)
+    from_file = replay(str(timeline), "--json")
+    from_stdin = replay("-", "--json", stdin=timeline.read_bytes())
+    assert from_stdin.returncode == from_file.returncode == 0, from_stdin.stderr
+    assert json.loads(from_stdin.stdout) == json.loads(from_file.stdout)
+    assert json.loads(from_stdin.stdout)["verdict"]["state"] == "serving"
+
+
+@pytest.mark.parametrize(
+    ("stdin", "needle"),
+    [
+        (b'{"t": 1.0, "wall": 2.0}\nnot json at all\n', "<stdin>:2: not valid JSON"),
+        (b'{"t": 1.0, "wall": 2.0, "gpus": [{"name": "x"}]}\n', "<stdin>:1: not an Observation"),
+        (b'{"t": 1.0, "wall": 2.0}\n\xff\xfe\n', "<stdin>: not a text file"),
+        (b"", "<stdin> is empty"),
+        (b"\n  \n", "<stdin> is empty"),
+    ],
+    ids=["bad-line", "not-an-observation", "not-utf8", "empty", "blank"],
+)
+def test_replay_bad_stdin_is_a_clear_error_and_exits_2(stdin: bytes, needle: str) -> None:
+    done = replay("-", stdin=stdin)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert needle in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""

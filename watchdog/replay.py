@@ -46,18 +46,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"hang-watchdog replay: {exc}", file=sys.stderr)
         return 2
     path = args.input
+    name = "<stdin>" if path == "-" else path
     try:
         if path != "-" and Path(path).is_dir():
             return _bundle(Path(path), sigs, args.json)
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except (OSError, ValueError) as exc:
-        print(f"hang-watchdog replay: cannot read {path}: {exc}", file=sys.stderr)
+        print(f"hang-watchdog replay: cannot read {name}: {exc}", file=sys.stderr)
+        return 2
+    if not data.strip():
+        print(f"hang-watchdog replay: {name} is empty; nothing to replay", file=sys.stderr)
         return 2
     if _looks_like_timeline(data):
+        # Parse the bytes already read: stdin cannot be read twice, and "-" is no path.
+        from watchdog.timeline import parse_timeline
+
         try:
-            return _timeline(Path(path), sigs, args.json, recorded=None, thresholds=_beside(path))
+            observations = parse_timeline(data, name)
+            return _timeline(observations, sigs, args.json, recorded=None, thresholds=_beside(path))
         except ValueError as exc:
-            print(f"hang-watchdog replay: {path}: {exc}", file=sys.stderr)
+            print(f"hang-watchdog replay: {exc}", file=sys.stderr)
             return 2
     return _plain_log(data, sigs, args.json)
 
@@ -72,6 +80,7 @@ def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Threshol
 
 def _bundle(root: Path, sigs: SignatureSet, as_json: bool) -> int:
     from watchdog.actions.incident import load_incident
+    from watchdog.timeline import read_timeline
 
     try:
         incident = load_incident(root)
@@ -81,7 +90,8 @@ def _bundle(root: Path, sigs: SignatureSet, as_json: bool) -> int:
     env = incident.get("environment") or {}
     th = _thresholds(env.get("watchdog", {}).get("thresholds") if isinstance(env, dict) else None)
     try:
-        return _timeline(root / "timeline.jsonl", sigs, as_json, incident.get("verdict"), th)
+        observations = read_timeline(root / "timeline.jsonl")
+        return _timeline(observations, sigs, as_json, incident.get("verdict"), th)
     except (OSError, ValueError) as exc:
         print(f"hang-watchdog replay: {root / 'timeline.jsonl'}: {exc}", file=sys.stderr)
         return 2
@@ -107,11 +117,12 @@ def _thresholds(raw: Any) -> Thresholds:
 
 
 def _timeline(
-    path: Path, sigs: SignatureSet, as_json: bool, recorded: Any, thresholds: Thresholds
+    observations: list[Any],
+    sigs: SignatureSet,
+    as_json: bool,
+    recorded: Any,
+    thresholds: Thresholds,
 ) -> int:
-    from watchdog.timeline import read_timeline
-
-    observations = read_timeline(path)
     if not observations:
         raise ValueError("the timeline holds no observations")
     verdict = reclassify(observations, sigs, thresholds)

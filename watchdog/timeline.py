@@ -34,15 +34,20 @@ def write_timeline(
 
 def read_timeline(path: Path) -> list[Observation]:
     """Read a timeline written by write_timeline; ValueError naming the bad line otherwise."""
+    return parse_timeline(path.read_bytes(), str(path))
+
+
+def parse_timeline(data: bytes, name: str) -> list[Observation]:
+    """Decode a timeline already read (a file's bytes, or stdin's); errors start with `name`."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.readlines()
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not a text file ({e}); expected a JSON Lines timeline") from e
-    return [_decode_line(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        raise ValueError(f"{name}: not a text file ({e}); expected a JSON Lines timeline") from e
+    lines = text.split("\n")
+    return [_decode_line(name, n, line) for n, line in enumerate(lines, 1) if line.strip()]
 
 
-def _decode_line(path: Path, n: int, line: str) -> Observation:
+def _decode_line(path: str, n: int, line: str) -> Observation:
     hint = "expected one Observation object per line, as written by write_timeline"
     try:
         data = json.loads(line)
