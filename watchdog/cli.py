@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,16 @@ NO_FLAG = {"command", "fallback_overrides", "restart_command"}
 
 
 class UsageError(Exception):
-    """Bad command-line usage (exit 2)."""
+    """Bad command-line usage (exit 2); printed once as `PROG: message`."""
+
+    def __init__(self, message: str, prog: str = "hang-watchdog") -> None:
+        super().__init__(message)
+        self.prog = prog
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse exits on its own; we want exit code 2 via main
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(message, prog=self.prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,10 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command and args.cmd != "run":
             raise UsageError("only `run` takes `-- COMMAND ...` to supervise")
         args.command = command
-        _setup_logging(getattr(args, "log_format", None) or "text")
+        if not hasattr(args, "config"):  # daemon commands set it up once their config is read
+            _setup_logging("text")
         return int(args.func(args))
     except UsageError as exc:
-        print(f"hang-watchdog: {exc}", file=sys.stderr)
+        print(f"{exc.prog}: {exc}", file=sys.stderr)
         return 2
     except (ConfigError, SignatureError) as exc:
         print(f"hang-watchdog: configuration error: {exc}", file=sys.stderr)
@@ -167,16 +173,19 @@ def _default(f: dataclasses.Field[Any]) -> Any:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    """The config file and the flags merged (flags win)."""
     overrides = {k: getattr(args, k, None) for k in KEYS}
     overrides["command"] = getattr(args, "command", []) or None
     return load_config(getattr(args, "config", None), overrides)
 
 
 def _setup_logging(fmt: str) -> None:
+    """One stderr handler in `fmt` (text or json); a second call replaces the first's handler."""
     root = logging.getLogger("hang_watchdog")
-    if root.handlers:
-        return
+    for old in [h for h in root.handlers if getattr(h, "hang_watchdog_cli", False)]:
+        root.removeHandler(old)
     handler = logging.StreamHandler(sys.stderr)
+    handler.hang_watchdog_cli = True  # type: ignore[attr-defined]
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
@@ -189,10 +198,13 @@ def _setup_logging(fmt: str) -> None:
 
 
 class _JsonFormatter(logging.Formatter):
+    """Log records as JSON objects shaped like the Emitter's (`ts`, `event`, `message`)."""
+
     def format(self, record: logging.LogRecord) -> str:
         return json.dumps(
             {
-                "ts": self.formatTime(record),
+                "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
+                "event": "log",
                 "level": record.levelname,
                 "message": record.getMessage(),
             }
@@ -203,6 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from watchdog.wiring import build
 
     cfg = config_from_args(args)
+    _setup_logging(cfg.log_format)  # the file's log_format counts too, not only the flag
     if not (
         cfg.pid
         or cfg.match
@@ -213,8 +226,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         or cfg.journal_unit
     ):
         raise UsageError(
-            "run: nothing to watch; give --pid, --match, --systemd-unit, --vllm-url, "
-            "--log-file or `-- COMMAND`"
+            "nothing to watch; give --pid, --match, --systemd-unit, --vllm-url, "
+            "--log-file or `-- COMMAND`",
+            prog="hang-watchdog run",
         )
     built = build(cfg)
     stop = threading.Event()
@@ -244,11 +258,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
+    import psutil
+
     from watchdog.wiring import build
 
     if args.metrics_addr is None:
         args.metrics_addr = "off"
     cfg = config_from_args(args)
+    _setup_logging(cfg.log_format)
+    if cfg.pid is not None and (cfg.pid <= 0 or not psutil.pid_exists(cfg.pid)):
+        raise UsageError(
+            f"no process with PID {cfg.pid}; check the PID or use --match",
+            prog="hang-watchdog diagnose",
+        )
     built = build(cfg)
     stop = threading.Event()
     _on_signals(stop)

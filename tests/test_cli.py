@@ -1,0 +1,91 @@
+"""`hang-watchdog` command line end to end: usage errors, log format from the config file,
+and a diagnose of a PID that does not exist."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.simfixtures import sim_env
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run `python -m watchdog ARGS` as a real process; text output."""
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=sim_env(),
+        cwd=cwd,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run", "--bogus"], "hang-watchdog: unrecognized arguments: --bogus"),
+        (["run", "--pid", "abc"], "hang-watchdog run: argument --pid: invalid int value: 'abc'"),
+        (["run"], "hang-watchdog run: nothing to watch; give --pid"),
+        (["diagnose", "--", "true"], "hang-watchdog: only `run` takes `-- COMMAND ...`"),
+        (["nosuch"], "hang-watchdog: argument cmd: invalid choice: 'nosuch'"),
+    ],
+    ids=["unknown-flag", "bad-value", "nothing-to-watch", "stray-command", "unknown-command"],
+)
+def test_usage_errors_have_one_prefix_and_exit_2(args: list[str], expected: str) -> None:
+    done = cli(*args)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(expected), done.stderr
+    assert done.stderr.count("hang-watchdog") == 1, done.stderr
+    assert done.stdout == ""
+
+
+def diagnose_with_missing_sources(tmp_path: Path, config: str, *flags: str) -> list[str]:
+    """stderr lines of a short diagnose whose log and GPU files are missing (two warnings)."""
+    (tmp_path / "watchdog.toml").write_text(config)
+    done = cli(
+        "diagnose",
+        "--config",
+        str(tmp_path / "watchdog.toml"),
+        "--log-file",
+        str(tmp_path / "absent.log"),
+        "--gpu-source",
+        f"file:{tmp_path / 'absent.jsonl'}",
+        "--duration",
+        "1",
+        "--no-cdn-default",
+        *flags,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stderr.splitlines()
+
+
+def test_log_format_json_in_the_config_file_applies_to_warnings_too(tmp_path: Path) -> None:
+    lines = diagnose_with_missing_sources(tmp_path, 'log_format = "json"\n')
+    records = [json.loads(line) for line in lines]  # every stderr line is one JSON object
+    warnings = [r for r in records if r.get("level") == "WARNING"]
+    assert any("absent.log" in r["message"] for r in warnings), records
+    assert all(r["event"] == "log" and r["ts"].endswith("Z") for r in warnings)
+    assert any(r["event"] == "state" for r in records)
+
+
+def test_log_format_flag_overrides_the_config_file(tmp_path: Path) -> None:
+    lines = diagnose_with_missing_sources(tmp_path, 'log_format = "json"\n', "--log-format", "text")
+    assert lines and not any(line.startswith("{") for line in lines), lines
+    assert any("WARNING: source logs is down" in line for line in lines), lines
+
+
+def test_diagnose_of_a_pid_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    # PIDs are always below pid_max, so this one cannot exist.
+    pid = int(Path("/proc/sys/kernel/pid_max").read_text())
+    done = cli("diagnose", "--pid", str(pid), "--duration", "5", "--no-cdn-default")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"hang-watchdog diagnose: no process with PID {pid}; check the PID or use --match"
+    )
+    assert "gone" not in done.stdout + done.stderr
