@@ -70,7 +70,7 @@ def test_cat_output_exact_argv_and_lines(standin: Path) -> None:
         b"(APIServer pid=9) INFO:     Application startup complete.\n"
         b"Processed prompts:   0%|  | 0/4 [00:00<?, ?it/s]\rProcessed prompts:  25%|\n"
     )
-    reader = JournalReader("vllm.service")
+    reader = JournalReader("vllm.service", output="cat")
     try:
         lines = read_until(reader, 3)
         assert argvs(standin) == [["-f", "-o", "cat", "-u", "vllm.service", "--since", "now"]]
@@ -140,6 +140,126 @@ def test_restart_after_exit_is_rate_limited_and_resumes_at_cursor(
             "vllm.service",
             "--after-cursor=s=abc",
         ]
+    finally:
+        reader.close()
+
+
+# A stand-in journal: JOURNAL holds one JSON entry per line (with __CURSOR and
+# __REALTIME_TIMESTAMP). It starts where journalctl would (--since now: after the entries present;
+# --since @S: entries from second S; --after-cursor=C: after entry C), prints entries as they are
+# appended, and exits 1 ("crashed") when the test creates the CRASH file. It records its argv
+# once it knows where to start, so a test that waits for that record knows what "now" was.
+MINI_JOURNAL = """#!{python}
+import json, os, sys, time
+path, crash = os.environ["JOURNAL"], os.environ["CRASH"]
+def entries():  # complete lines only: the test may be half-way through appending one
+    text = open(path).read()
+    return [json.loads(x) for x in text[: text.rfind("\\n") + 1].splitlines() if x.strip()]
+args, start = sys.argv[1:], len(entries())
+for i, arg in enumerate(args):
+    if arg.startswith("--after-cursor="):
+        cursors = [e["__CURSOR"] for e in entries()]
+        start = cursors.index(arg.split("=", 1)[1]) + 1
+    if arg == "--since" and args[i + 1].startswith("@"):
+        since = int(args[i + 1][1:]) * 1000000
+        start = min([n for n, e in enumerate(entries()) if int(e["__REALTIME_TIMESTAMP"]) >= since]
+                    or [len(entries())])
+with open(os.environ["STANDIN_ARGV"], "a") as f:  # after `start`: the test may now append
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+while True:
+    for e in entries()[start:]:
+        sys.stdout.write(json.dumps(e) + "\\n")
+        start += 1
+    sys.stdout.flush()
+    if os.path.exists(crash):
+        os.unlink(crash)
+        sys.exit(1)
+    time.sleep(0.02)
+"""
+
+WALL = 1_764_000_000.0  # the reader's injected wall clock, in seconds
+
+
+def append_entries(journal: Path, *numbers: int) -> None:
+    with journal.open("a") as f:
+        for n in numbers:
+            entry = {
+                "__CURSOR": f"s=c{n}",
+                "__REALTIME_TIMESTAMP": str(int((WALL + n) * 1_000_000)),
+                "MESSAGE": f"line {n}",
+            }
+            f.write(json.dumps(entry) + "\n")
+
+
+@pytest.fixture
+def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "journalctl"
+    script.write_text(MINI_JOURNAL.format(python=sys.executable))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.jsonl"))
+    monkeypatch.setenv("JOURNAL", str(tmp_path / "journal.jsonl"))
+    monkeypatch.setenv("CRASH", str(tmp_path / "crash"))
+    (tmp_path / "journal.jsonl").write_text("")
+    return tmp_path
+
+
+def wait_started(reader: JournalReader, tmp_path: Path, runs: int) -> None:
+    """Read until the stand-in has been started `runs` times and has chosen where to start."""
+    deadline = time.monotonic() + 20
+    while len(argvs(tmp_path)) < runs and time.monotonic() < deadline:
+        assert reader.read() == []
+        time.sleep(0.02)
+    assert len(argvs(tmp_path)) == runs
+
+
+def crash_and_wait(reader: JournalReader, tmp_path: Path) -> None:
+    """Make the stand-in journalctl exit and wait until the reader has noticed."""
+    restarts = reader.restarts
+    (tmp_path / "crash").touch()
+    deadline = time.monotonic() + 20
+    while reader.restarts == restarts and time.monotonic() < deadline:
+        assert reader.read() == []
+        time.sleep(0.02)
+    assert reader.restarts == restarts + 1 and "exited with code 1" in (reader.error or "")
+
+
+def test_default_json_output_loses_no_line_across_a_journalctl_restart(journal: Path) -> None:
+    """What the wiring builds (`JournalReader(unit)`) resumes at the cursor after a restart."""
+    append_entries(journal / "journal.jsonl", 1, 2)  # before the watchdog started: not read
+    clock = FakeClock()
+    reader = JournalReader("vllm.service", clock=clock, wall=lambda: WALL)
+    try:
+        wait_started(reader, journal, 1)
+        append_entries(journal / "journal.jsonl", 3, 4)
+        lines = read_until(reader, 2)
+        crash_and_wait(reader, journal)
+        append_entries(journal / "journal.jsonl", 5, 6)  # written while journalctl was down
+        clock.now += 5.0
+        lines += read_until(reader, 2)
+        append_entries(journal / "journal.jsonl", 7)
+        lines += read_until(reader, 1)
+        assert lines == ["line 3", "line 4", "line 5", "line 6", "line 7"]
+        assert argvs(journal) == [
+            ["-f", "-o", "json", "-u", "vllm.service", "--since", "now"],
+            ["-f", "-o", "json", "-u", "vllm.service", "--after-cursor=s=c4"],
+        ]
+    finally:
+        reader.close()
+
+
+def test_restart_before_any_entry_resumes_from_the_first_start(journal: Path) -> None:
+    clock = FakeClock()
+    reader = JournalReader("vllm.service", clock=clock, wall=lambda: WALL)
+    try:
+        wait_started(reader, journal, 1)
+        crash_and_wait(reader, journal)
+        append_entries(journal / "journal.jsonl", 1)  # no cursor yet to resume from
+        clock.now += 5.0
+        assert read_until(reader, 1) == ["line 1"]
+        assert argvs(journal)[1][-2:] == ["--since", f"@{int(WALL)}"]
     finally:
         reader.close()
 

@@ -2,7 +2,9 @@
 
 For servers run as `vllm.service`, whose stdout/stderr go to the journal rather than a file.
 journalctl is started with an argv (never a shell), read through StreamReader so that no
-line is lost between ticks, and restarted (rate-limited) if it exits.
+line is lost between ticks, and restarted (rate-limited) if it exits. The default JSON output
+carries each entry's `__CURSOR`, so a restarted journalctl resumes right after the last entry
+read (`--after-cursor`) and loses nothing; `-o cat` has no cursor and can only resume "now".
 """
 
 from __future__ import annotations
@@ -19,16 +21,17 @@ OUTPUTS = ("cat", "json")
 
 
 class JournalReader:
-    """A LineReader over `journalctl -f -o cat|json -u UNIT --since now`."""
+    """A LineReader over `journalctl -f -o json|cat -u UNIT --since now`, resumed on restart."""
 
     def __init__(
         self,
         unit: str,
         *,
         journalctl: str = "journalctl",
-        output: str = "cat",
+        output: str = "json",
         runner: Callable[..., Any] = subprocess.Popen,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         restart_interval_s: float = 5.0,
     ) -> None:
         if not unit or unit.startswith("-"):
@@ -44,19 +47,28 @@ class JournalReader:
         self._output = output
         self._runner = runner
         self._clock = clock
+        self._wall = wall
         self._restart_interval = restart_interval_s
         self._proc: Any = None
         self._out: StreamReader | None = None
         self._err: StreamReader | None = None
         self._next_start = float("-inf")
         self._cursor: str | None = None  # json mode: resume after the last entry seen
+        self._first_start: int | None = None  # wall-clock second journalctl was first started
 
     def argv(self) -> list[str]:
-        """The journalctl command line; after a restart in json mode it resumes at the cursor."""
-        since = ["--since", "now"]
+        """The journalctl command line; a restart in json mode resumes where reading stopped.
+
+        After an entry was read that is `--after-cursor`; before any, `--since @SECONDS` of the
+        first start (systemd.time(7) timestamps), so entries written while it was down count.
+        """
         if self._cursor is not None:
-            since = [f"--after-cursor={self._cursor}"]
-        return [self._journalctl, "-f", "-o", self._output, "-u", self.unit, *since]
+            resume = [f"--after-cursor={self._cursor}"]
+        elif self._output == "json" and self._first_start is not None:
+            resume = ["--since", f"@{self._first_start}"]
+        else:
+            resume = ["--since", "now"]
+        return [self._journalctl, "-f", "-o", self._output, "-u", self.unit, *resume]
 
     def read(self) -> list[str]:
         """The unit's new log lines; starts or restarts journalctl as needed. Never raises."""
@@ -85,6 +97,8 @@ class JournalReader:
     def _start(self) -> None:
         self._next_start = self._clock() + self._restart_interval
         argv = self.argv()
+        if self._first_start is None:
+            self._first_start = int(self._wall())
         try:
             self._proc = self._runner(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
