@@ -1,4 +1,5 @@
-"""FactsSource against real child processes; versions from an injected lookup or the real one."""
+"""FactsSource against real child processes and a fake /proc tree; versions from an injected
+lookup or the real one (metadata under /proc/PID/root, else the server's interpreter)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,9 @@ class GatedVersions:
         self.release = threading.Event()
         self.calls: list[tuple[str, dict[str, str]]] = []
 
-    def __call__(self, python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
+    def __call__(
+        self, pid: int, python: str, environ: Mapping[str, str]
+    ) -> Mapping[str, str | None]:
         self.calls.append((python, dict(environ)))
         assert self.release.wait(30)
         return self.answer
@@ -117,7 +120,7 @@ def test_non_python_target_has_no_versions(spawn: Spawn) -> None:
 def test_failed_lookup_marks_down_and_keeps_facts(spawn: Spawn) -> None:
     p = spawn([sys.executable, "-c", SLEEPER])
 
-    def broken(python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
+    def broken(pid: int, python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
         raise RuntimeError("interpreter exited with status 1")
 
     src = FactsSource(versions=broken)
@@ -144,6 +147,69 @@ def test_real_version_lookup_in_the_target_environment(spawn: Spawn, tmp_path: P
     src = FactsSource()  # default lookup: watchdog.pyenv, run with the target's environment
     facts = _wait(lambda: (f := src.poll(p.pid))["flashinfer-python"] and f)
     assert facts["flashinfer-python"] == "0.6.7" and facts["flashinfer-cubin"] is None
+
+
+def write_dist(site: Path, name: str, version: str) -> None:
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+
+
+SIDECAR_PID = 4242
+
+
+def fake_proc(tmp_path: Path, exe: str, env: Mapping[str, str], argv0: str) -> Path:
+    """A captured-style /proc with one process whose filesystem is proc/PID/root."""
+    proc = tmp_path / "proc"
+    pid_dir = proc / str(SIDECAR_PID)
+    (pid_dir / "root").mkdir(parents=True)
+    (pid_dir / "exe").symlink_to(exe)  # readlink only: the target need not exist here
+    (pid_dir / "cmdline").write_bytes(f"{argv0}\0-m\0vllm.entrypoints.openai.api_server\0".encode())
+    (pid_dir / "environ").write_bytes(b"".join(f"{k}={v}\0".encode() for k, v in env.items()))
+    return proc
+
+
+def test_versions_come_from_the_target_root_in_a_sidecar(tmp_path: Path) -> None:
+    """The server container's packages, read through /proc/PID/root; the watchdog's own
+    environment has none of them and /opt/venv does not exist outside the fake root."""
+    proc = fake_proc(tmp_path, "/usr/bin/python3.12", {"PATH": "/opt/venv/bin:/usr/bin"}, "python3")
+    venv = proc / str(SIDECAR_PID) / "root" / "opt" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to("/usr/bin/python3.12")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.12.3\n")
+    site = venv / "lib" / "python3.12" / "site-packages"
+    server = {"vllm": "0.11.2", "flashinfer-python": "0.6.7", "flashinfer-cubin": "0.6.7"}
+    for name, version in {**server, "torch": "2.9.0+cu130"}.items():
+        write_dist(site, name, version)
+    src = FactsSource(proc_root=str(proc))
+    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["vllm"] and f)
+    assert {k: facts[k] for k in server} == server and facts["torch"] == "2.9.0+cu130"
+    assert facts["flashinfer-jit-cache"] is None and facts["python"] == "/usr/bin/python3.12"
+    assert src.health.up
+
+
+def test_nothing_under_the_root_falls_back_to_the_interpreter(tmp_path: Path) -> None:
+    write_dist(tmp_path / "site", "flashinfer-cubin", "0.6.7.post2")
+    env = {"PYTHONPATH": str(tmp_path / "site")}
+    proc = fake_proc(tmp_path, os.path.realpath(sys.executable), env, sys.executable)
+    src = FactsSource(proc_root=str(proc))
+    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["flashinfer-cubin"] and f)
+    assert facts["flashinfer-cubin"] == "0.6.7.post2" and src.health.up
+
+
+def test_another_mount_namespace_never_runs_the_interpreter_here(tmp_path: Path) -> None:
+    """An empty root in another mount namespace: running the path here would read our packages."""
+    env = {"PYTHONPATH": str(tmp_path / "site")}
+    write_dist(tmp_path / "site", "vllm", "0.0.0-ours")
+    proc = fake_proc(tmp_path, os.path.realpath(sys.executable), env, sys.executable)
+    for pid, ns in ((str(SIDECAR_PID), "mnt:[4026532999]"), ("self", "mnt:[4026531841]")):
+        (proc / pid / "ns").mkdir(parents=True)
+        (proc / pid / "ns" / "mnt").symlink_to(ns)
+    src = FactsSource(proc_root=str(proc))
+    assert src.poll(SIDECAR_PID)["cmdline"]
+    _wait(lambda: not src.health.up)
+    assert "another mount namespace" in (src.health.last_error or "")
+    assert src.poll(SIDECAR_PID)["vllm"] is None
 
 
 @pytest.mark.parametrize(

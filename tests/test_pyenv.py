@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.pyenv import PACKAGES, PyEnvError, package_versions
+from watchdog.pyenv import PACKAGES, PyEnvError, package_versions, versions_under_root
 
 
 def write_dist(site: Path, name: str, version: str) -> None:
@@ -88,3 +88,121 @@ def test_failing_interpreter_shows_stderr(tmp_path: Path) -> None:
     python = script(tmp_path / "python", "echo 'boom: bad install' >&2; exit 3\n")
     with pytest.raises(PyEnvError, match="status 3: boom: bad install"):
         package_versions(str(python))
+
+
+# --- Reading the target's own filesystem (/proc/PID/root) ---------------------------------------
+# A fake root stands in for /proc/PID/root: what a Kubernetes sidecar sees of the vLLM container.
+
+SERVER = {
+    "vllm": "0.11.2",
+    "flashinfer-python": "0.6.7",
+    "flashinfer-cubin": "0.6.7",
+    "torch": "2.9.0+cu130",
+}
+EXPECTED = {**SERVER, "flashinfer-jit-cache": None}
+
+
+def venv_root(root: Path, *, system: str = "false") -> Path:
+    """/opt/venv (python 3.12 venv over /usr/bin/python3.12) holding the server's packages."""
+    venv = root / "opt" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(
+        f"home = /usr/bin\ninclude-system-site-packages = {system}\nversion = 3.12.3\n"
+    )
+    for name, version in SERVER.items():
+        write_dist(venv / "lib" / "python3.12" / "site-packages", name, version)
+    return root
+
+
+def test_reads_the_venv_that_argv0_names_not_the_base_interpreter(tmp_path: Path) -> None:
+    root = venv_root(tmp_path / "root")
+    write_dist(root / "usr" / "local" / "lib" / "python3.12" / "dist-packages", "torch", "1.0")
+    # /proc/PID/exe of a venv python is the base interpreter; argv[0] keeps the venv path.
+    got = versions_under_root(root, exe="/usr/bin/python3.12", argv0="/opt/venv/bin/python3")
+    assert got == EXPECTED
+
+
+def test_finds_the_venv_through_path_or_virtual_env(tmp_path: Path) -> None:
+    root = venv_root(tmp_path / "root")
+    (root / "opt" / "venv" / "bin" / "vllm").write_text("#!/opt/venv/bin/python3\n")
+    path = {"PATH": "/usr/local/bin:/opt/venv/bin:/usr/bin"}
+    exe = "/usr/bin/python3.12"
+    assert versions_under_root(root, exe=exe, argv0="vllm", environ=path) == EXPECTED
+    retitled = "VLLM::APIServer"  # setproctitle rewrote argv; the environment still says
+    got = versions_under_root(root, exe=exe, argv0=retitled, environ={"VIRTUAL_ENV": "/opt/venv"})
+    assert got == EXPECTED
+
+
+def test_system_site_packages_come_after_the_venv(tmp_path: Path) -> None:
+    root = venv_root(tmp_path / "root", system="true")
+    write_dist(root / "usr" / "lib" / "python3" / "dist-packages", "torch", "1.0")
+    write_dist(root / "usr" / "lib" / "python3" / "dist-packages", "flashinfer-jit-cache", "0.6.7")
+    got = versions_under_root(root, exe="/usr/bin/python3.12", argv0="/opt/venv/bin/python")
+    assert got == {**SERVER, "flashinfer-jit-cache": "0.6.7"}
+
+
+def test_debian_layout_and_egg_info(tmp_path: Path) -> None:
+    """Debian/Ubuntu system Python: pip installs into /usr/local/lib/python3.N/dist-packages."""
+    root = tmp_path / "root"
+    site = root / "usr" / "local" / "lib" / "python3.12" / "dist-packages"
+    for name in ("flashinfer-python", "flashinfer-cubin", "torch"):
+        write_dist(site, name, SERVER[name])
+    egg = site / "vllm.egg-info"  # `pip install -e .` of an older setuptools
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.2\n\nBody\n")
+    got = versions_under_root(root, exe="/usr/bin/python3.12", argv0="python3")
+    assert got == EXPECTED
+
+
+def test_pythonpath_wins_and_relative_entries_use_the_cwd(tmp_path: Path) -> None:
+    root = venv_root(tmp_path / "root")
+    write_dist(root / "srv" / "app" / "vendor", "torch", "2.10.0")
+    env = {"PYTHONPATH": "vendor:/nonexistent"}
+    exe, argv0 = "/usr/bin/python3.12", "/opt/venv/bin/python3"
+    got = versions_under_root(root, exe=exe, argv0=argv0, environ=env, cwd="/srv/app")
+    assert got == {**EXPECTED, "torch": "2.10.0"}
+
+
+def test_absolute_symlinks_are_resolved_inside_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    real = venv_root(tmp_path / "elsewhere") / "opt" / "venv"
+    (root / "srv").mkdir(parents=True)
+    (root / "opt").mkdir()
+    real.rename(root / "srv" / "venv")
+    # Inside the target /opt/venv -> /srv/venv; outside the root that path does not exist.
+    (root / "opt" / "venv").symlink_to("/srv/venv")
+    got = versions_under_root(root, exe="/usr/bin/python3.12", argv0="/opt/venv/bin/python3")
+    assert got == EXPECTED
+
+
+def test_site_dirs_of_mapped_extension_modules(tmp_path: Path) -> None:
+    """No argv, no environment: the shared objects it loaded show where its packages are."""
+    root = venv_root(tmp_path / "root")
+    mapped = ["/usr/lib/x86_64-linux-gnu/libc.so.6"]
+    mapped.append("/opt/venv/lib/python3.12/site-packages/torch/lib/libtorch_cpu.so")
+    got = versions_under_root(
+        root, exe="/usr/bin/python3.12", argv0="VLLM::APIServer", mapped=mapped
+    )
+    assert got == EXPECTED
+
+
+def test_unknown_minor_version_tries_each_python3_dir(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "usr" / "local" / "lib" / "python3.10").mkdir(parents=True)
+    for name, version in SERVER.items():
+        write_dist(root / "usr" / "local" / "lib" / "python3.12" / "site-packages", name, version)
+    assert versions_under_root(root, exe="/usr/local/bin/python3", argv0=None) == EXPECTED
+
+
+def test_metadata_naming_another_project_is_not_taken(tmp_path: Path) -> None:
+    site = tmp_path / "root" / "usr" / "lib" / "python3.12" / "site-packages"
+    write_dist(site, "torch", "2.9.0")
+    (site / "torch-2.9.0.dist-info" / "METADATA").write_text("Name: torchvision\nVersion: 0.24\n")
+    got = versions_under_root(tmp_path / "root", exe="/usr/bin/python3.12")
+    assert got is not None and got["torch"] is None
+
+
+def test_no_site_directory_under_the_root_is_none(tmp_path: Path) -> None:
+    (tmp_path / "root").mkdir()
+    assert versions_under_root(tmp_path / "root", exe="/usr/bin/python3.12") is None
+    assert versions_under_root(tmp_path / "absent", exe="/usr/bin/python3.12") is None

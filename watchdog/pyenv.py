@@ -1,15 +1,19 @@
 """Read package versions from another Python environment (the server's) without importing them.
 
-Importing vLLM or torch to learn their versions would take seconds and touch CUDA; reading the
-installed distributions' metadata in a child interpreter takes milliseconds and cannot hang the
-caller: the child runs with a deadline.
+Importing vLLM or torch to learn their versions would take seconds and touch CUDA. Two ways that
+do not: read the installed distributions' metadata files through the server's own filesystem
+(`/proc/PID/root`, right even from a Kubernetes sidecar in another mount namespace), or ask the
+server's interpreter in a child process with a deadline (preflight, and the fallback).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path, PurePosixPath
 
 PACKAGES: tuple[str, ...] = (
     "vllm",
@@ -94,3 +98,228 @@ def _parse(python: str, stdout: str, packages: Sequence[str]) -> dict[str, str |
         value = data.get(name)
         result[name] = value if isinstance(value, str) else None
     return result
+
+
+# A file mapped from a site directory: the site directory is everything up to it.
+_SITE_IN_PATH = re.compile(r"^(/.*?/(?:site|dist)-packages)/")
+_PY_VERSION = re.compile(r"(?:python)?(3\.\d+)")
+_NAME_RUN = re.compile(r"[-_.]+")
+
+
+def versions_under_root(
+    root: Path,
+    *,
+    exe: str,
+    argv0: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    mapped: Sequence[str] = (),
+    packages: Sequence[str] = PACKAGES,
+) -> dict[str, str | None] | None:
+    """Versions from `*.dist-info/METADATA` and `*.egg-info/PKG-INFO` under the target's root.
+
+    `root` is `/proc/PID/root`; every other path is as the target sees it (`exe` from
+    /proc/PID/exe, `argv0`, `cwd`, files it has mapped). The first distribution found in
+    site-directory order wins, as on sys.path. None when no site directory exists under
+    `root` (unreadable, or a layout not understood): the caller then asks the interpreter.
+    """
+    env = environ or {}
+    dirs = site_dirs(root, exe=exe, argv0=argv0, environ=env, cwd=cwd, mapped=mapped)
+    return read_distributions(root, dirs, packages) if dirs else None
+
+
+def site_dirs(
+    root: Path,
+    *,
+    exe: str,
+    argv0: str | None,
+    environ: Mapping[str, str],
+    cwd: str | None = None,
+    mapped: Sequence[str] = (),
+) -> list[str]:
+    """The target's likely sys.path site directories that exist under `root`, in order.
+
+    PYTHONPATH, then the site directories its loaded extension modules came from, then its
+    venv's, then (outside a venv, or with include-system-site-packages) the user site and the
+    base interpreter's prefix. /proc/PID/exe resolves a venv's `bin/python` symlink to the base
+    interpreter, so the venv is found from argv[0], VIRTUAL_ENV or PATH instead.
+    """
+    version = _version_of(PurePosixPath(exe).name)
+    dirs = [
+        entry if entry.startswith("/") else f"{cwd}/{entry}"
+        for entry in environ.get("PYTHONPATH", "").split(":")
+        if entry and (entry.startswith("/") or cwd)
+    ]
+    dirs += [m.group(1) for m in map(_SITE_IN_PATH.match, mapped) if m]
+    with_base = True
+    venv = _venv_of(root, argv0, environ)
+    if venv is not None:
+        cfg = _venv_cfg(root, venv) or {}
+        cfg_version = _version_of(cfg.get("version", cfg.get("version_info", "")))
+        dirs += _prefix_sites(root, venv, version or cfg_version)
+        with_base = cfg.get("include-system-site-packages", "").lower() == "true"
+    if with_base:
+        if environ.get("HOME") and version:
+            dirs.append(f"{environ['HOME']}/.local/lib/python{version}/site-packages")
+        dirs += _prefix_sites(root, str(PurePosixPath(exe).parent.parent), version)
+    return [d for d in dict.fromkeys(dirs) if _is_dir(root, d)]
+
+
+def read_distributions(
+    root: Path, dirs: Sequence[str], packages: Sequence[str] = PACKAGES
+) -> dict[str, str | None]:
+    """{name: version or None} from the metadata in `dirs` (target paths under `root`)."""
+    wanted = {_normalize(name): name for name in packages}
+    out: dict[str, str | None] = {name: None for name in packages}
+    for site in dirs:
+        try:
+            entries = sorted(os.listdir(_in_root(root, site)))
+        except (OSError, ValueError):  # unreadable, or a symlink loop
+            continue
+        for entry in entries:
+            key = _dist_key(entry)
+            name = wanted.get(key or "")
+            if name is not None and out[name] is None:
+                out[name] = _metadata_version(root, f"{site}/{entry}", key or "")
+    return out
+
+
+def _venv_of(root: Path, argv0: str | None, environ: Mapping[str, str]) -> str | None:
+    """The target's venv prefix: where argv[0] was found (through PATH when bare), else
+    VIRTUAL_ENV, else a PATH entry inside a venv; None when it does not run from a venv."""
+    path = [p for p in environ.get("PATH", "").split(":") if p.startswith("/")]
+    launcher = None
+    if argv0 and argv0.startswith("/"):
+        launcher = argv0
+    elif argv0 and "/" not in argv0:
+        launcher = next((f"{d}/{argv0}" for d in path if _exists(root, f"{d}/{argv0}")), None)
+    if launcher is not None:
+        prefix = str(PurePosixPath(launcher).parent.parent)
+        return prefix if _venv_cfg(root, prefix) is not None else None
+    candidates = [environ.get("VIRTUAL_ENV", "")] + [str(PurePosixPath(d).parent) for d in path]
+    return next((c for c in candidates if c and _venv_cfg(root, c) is not None), None)
+
+
+def _venv_cfg(root: Path, prefix: str) -> dict[str, str] | None:
+    """`pyvenv.cfg` of `prefix` as key -> value; None when `prefix` is not a venv."""
+    text = _read_text(root, f"{prefix}/pyvenv.cfg")
+    if text is None:
+        return None
+    cfg = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            cfg[key.strip().lower()] = value.strip()
+    return cfg
+
+
+def _prefix_sites(root: Path, prefix: str, version: str | None) -> list[str]:
+    """Site directories of an installation prefix: CPython's and Debian's layouts."""
+    if version:
+        versions = [version]
+    else:  # e.g. exe `python3` with no pyvenv.cfg: every python3.N under prefix/lib
+        try:
+            names = os.listdir(_in_root(root, f"{prefix}/lib"))
+        except (OSError, ValueError):
+            names = []
+        found = {v for v in map(_version_of, names) if v}
+        versions = sorted(found, key=lambda v: int(v.split(".")[1]), reverse=True)
+    out = []
+    for v in versions:
+        out += [
+            f"{prefix}/local/lib/python{v}/dist-packages",  # Debian: pip's target
+            f"{prefix}/lib/python{v}/site-packages",
+            f"{prefix}/lib64/python{v}/site-packages",
+            f"{prefix}/lib/python3/dist-packages",  # Debian: apt's python3-* packages
+            f"{prefix}/lib/python{v}/dist-packages",
+        ]
+    return out
+
+
+def _dist_key(entry: str) -> str | None:
+    """Normalised project name of a `NAME-VERSION.dist-info` / `NAME[-...].egg-info` entry."""
+    for suffix in (".dist-info", ".egg-info"):
+        if entry.endswith(suffix):
+            return _normalize(entry[: -len(suffix)].split("-")[0])
+    return None
+
+
+def _metadata_version(root: Path, entry: str, key: str) -> str | None:
+    """Version header of a dist-info/egg-info entry whose Name matches `key` (PEP 503)."""
+    metadata = "METADATA" if entry.endswith(".dist-info") else "PKG-INFO"
+    text = _read_text(root, f"{entry}/{metadata}")
+    if text is None and entry.endswith(".egg-info"):
+        text = _read_text(root, entry)  # an old-style egg-info can be a single file
+    headers: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            break  # the body (long description) follows the first blank line
+        name, sep, value = line.partition(":")
+        if sep and name in ("Name", "Version"):
+            headers.setdefault(name, value.strip())
+    if _normalize(headers.get("Name", key)) != key:
+        return None
+    return headers.get("Version") or None
+
+
+def _normalize(name: str) -> str:
+    return _NAME_RUN.sub("-", name).lower()
+
+
+def _version_of(text: str) -> str | None:
+    """The minor version ("3.12") in "python3.12", "3.12.3" or "3.12.3.final.0"; else None."""
+    m = _PY_VERSION.match(text)
+    return m.group(1) if m and (m.end() == len(text) or text[m.end()] == ".") else None
+
+
+def _in_root(root: Path, path: str) -> Path:
+    """`path` as the target sees it, under `root`, with every symlink resolved inside `root`.
+
+    The kernel resolves an absolute symlink met under /proc/PID/root against the reader's own
+    root, not the target's, so links are followed here by hand. ValueError on a link loop.
+    """
+    todo = [p for p in PurePosixPath(path).parts if p != "/"]
+    done: list[str] = []
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part == "..":
+            done = done[:-1]
+            continue
+        here = root.joinpath(*done, part)
+        if not here.is_symlink():
+            done.append(part)
+            continue
+        hops += 1
+        if hops > 40:
+            raise ValueError(f"too many symbolic links in {path}")
+        link = os.readlink(here)
+        if link.startswith("/"):
+            done = []
+        todo = [p for p in PurePosixPath(link).parts if p not in ("/", ".")] + todo
+    return root.joinpath(*done)
+
+
+def _under(root: Path, path: str) -> Path | None:
+    try:
+        return _in_root(root, path)
+    except (OSError, ValueError):
+        return None
+
+
+def _is_dir(root: Path, path: str) -> bool:
+    return (p := _under(root, path)) is not None and p.is_dir()
+
+
+def _exists(root: Path, path: str) -> bool:
+    return (p := _under(root, path)) is not None and p.exists()
+
+
+def _read_text(root: Path, path: str, limit: int = 65536) -> str | None:
+    """The first `limit` characters of a file under `root`; None when it cannot be read."""
+    p = _under(root, path)
+    try:
+        with open(p or "", encoding="utf-8", errors="replace") as f:
+            return f.read(limit)
+    except OSError:
+        return None

@@ -1,12 +1,15 @@
 """Environment facts about the server (package versions, TRTLLM-attention setting, cubin
 source) that decide which signature fits: e.g. FlashInfer 0.6.7 + TRTLLM attention on SM103.
 
-Versions come from running the server's own interpreter, which takes up to seconds, so they are
-computed once per target PID in a background thread; until then `poll()` returns what it has.
+Versions come from the metadata files in the server's own filesystem (/proc/PID/root, so a
+Kubernetes sidecar reads the server container's packages, not its own), else from running the
+server's interpreter. Either can take a while, so they are computed once per target PID in a
+background thread; until then `poll()` returns what it has.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -26,7 +29,8 @@ VERSION_KEYS: tuple[str, ...] = (
     "flashinfer-jit-cache",
     "torch",
 )
-Versions = Callable[[str, Mapping[str, str]], Mapping[str, str | None]]
+# (pid, interpreter path as /proc/PID/exe reads, environment) -> {package: version or None}
+Versions = Callable[[int, str, Mapping[str, str]], Mapping[str, str | None]]
 
 _PYTHON_NAME = re.compile(r"^python(\d+(\.\d+)*)?$")
 _TRTLLM_FLAG = "--attention-config.use-trtllm-attention"
@@ -39,14 +43,62 @@ class VersionsUnavailable(RuntimeError):
     """The server's interpreter could not be asked for its package versions."""
 
 
-def default_versions(python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
-    """Ask the server's interpreter via watchdog.pyenv (imported here, not at module load)."""
+def default_versions(
+    pid: int, python: str, environ: Mapping[str, str], *, proc_root: str = "/proc"
+) -> Mapping[str, str | None]:
+    """Read the metadata under /proc/PID/root; ask the interpreter when that finds nothing.
+
+    Running `python` resolves the path in the watchdog's own mount namespace, so in a sidecar it
+    would report the sidecar's packages (or fail): it is only tried in the same namespace.
+    """
     from watchdog import pyenv
 
+    base = Path(proc_root) / str(pid)
+    cmdline = read_cmdline(pid, proc_root)
+    found = pyenv.versions_under_root(
+        base / "root",
+        exe=python,
+        argv0=cmdline[0] if cmdline else None,
+        environ=environ,
+        cwd=_readlink(base / "cwd"),
+        mapped=_mapped_files(base / "maps"),
+    )
+    if found is not None and any(found.values()):
+        return found
+    if _other_mount_namespace(base, Path(proc_root) / "self"):
+        raise VersionsUnavailable(
+            f"no Python packages found under {base / 'root'} and the server runs in another "
+            "mount namespace, where its interpreter cannot be run from here"
+        )
     try:
         return pyenv.package_versions(python, env=environ)
     except pyenv.PyEnvError as e:
+        if found is not None:
+            return found  # the filesystem's answer: none of the packages is installed
         raise VersionsUnavailable(str(e)) from e
+
+
+def _readlink(path: Path) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _mapped_files(maps: Path) -> list[str]:
+    """Paths of the files a process has mapped (its shared libraries, extension modules)."""
+    try:
+        text = maps.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    fields = (line.split(maxsplit=5) for line in text.splitlines())
+    return list(dict.fromkeys(f[5] for f in fields if len(f) == 6 and f[5].startswith("/")))
+
+
+def _other_mount_namespace(target: Path, own: Path) -> bool:
+    """True when both mount namespaces are readable and differ (a sidecar container)."""
+    theirs, ours = _readlink(target / "ns" / "mnt"), _readlink(own / "ns" / "mnt")
+    return theirs is not None and ours is not None and theirs != ours
 
 
 def _bool_word(value: str) -> bool | None:
@@ -131,12 +183,12 @@ class FactsSource:
         self,
         *,
         proc_root: str = "/proc",
-        versions: Versions = default_versions,
+        versions: Versions | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.proc_root = proc_root
         self.health = SourceHealth(self.name)
-        self._versions = versions
+        self._versions = versions or functools.partial(default_versions, proc_root=proc_root)
         self._clock = clock
         self._lock = threading.Lock()
         self._pid: int | None = None
@@ -193,7 +245,7 @@ class FactsSource:
 
     def _lookup(self, pid: int, python: str, environ: Mapping[str, str]) -> None:
         try:
-            found = self._versions(python, environ)
+            found = self._versions(pid, python, environ)
         except (VersionsUnavailable, OSError, ValueError, RuntimeError) as e:
             self.health.down(f"package versions of pid {pid}: {e}")
             return
