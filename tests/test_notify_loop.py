@@ -203,3 +203,16 @@ def test_pings_stop_while_the_loop_is_stuck(
         loop.join(timeout=30)
         built.close()
     assert not loop.is_alive()
+
+
+def test_a_tick_too_slow_for_watchdogsec_is_refused(tmp_path: Path, notify: NotifySocket) -> None:
+    # WatchdogSec=1 means a ping every 0.5 s; a 1 s loop would be killed over and over.
+    log = tmp_path / "server.log"
+    log.write_text("", encoding="utf-8")
+    argv = [sys.executable, "-m", "watchdog", "run", "--metrics-addr", "off", "--no-cdn-default"]
+    argv += ["--no-stacks", "--gpu-source", "none", "--log-file", str(log), "--tick-s", "1"]
+    env = {**sim_env(), "NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "1000000"}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "key 'tick_s'" in done.stderr and "WatchdogSec=" in done.stderr
+    assert not any("READY=1" in m for _, m in notify.messages)

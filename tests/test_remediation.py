@@ -360,6 +360,18 @@ def test_dry_run_exports_the_plan_and_acts_on_nothing(tmp_path: Path) -> None:
         )
         == 1
     )
+    assert (
+        metric(
+            sink,
+            "hang_watchdog_remediation_plan_info",
+            signature="trtllm_attention_deadlock",
+            fallback="disable_trtllm_attention",
+            mode="dry_run",
+            args="",
+            env="VLLM_USE_TRTLLM_ATTENTION=0",
+        )
+        == 1
+    )
     assert StateStore(tmp_path / "st").load().restarts == []
 
 

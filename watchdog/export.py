@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import (
@@ -97,6 +98,7 @@ class MetricsSink(Collector):
         self._remediations: dict[tuple[str, str], float] = {}
         self._fallbacks: dict[str, bool] = {}
         self._exhausted = False
+        self._plan: tuple[str, ...] | None = None  # labels of hang_watchdog_remediation_plan_info
         self._buckets = [0.0] * len(LOOP_BUCKETS)
         self._loop_count = 0
         self._loop_sum = 0.0
@@ -158,6 +160,19 @@ class MetricsSink(Collector):
         with self._lock:
             self._fallbacks[fallback] = active
 
+    def set_plan(self, plan: dict[str, Any], *, dry_run: bool) -> None:
+        """The last plan, as an info series: shadow mode exports exactly what it would do."""
+        env = " ".join(f"{k}={v}" for k, v in sorted(plan.get("env", {}).items()))
+        labels = (
+            str(plan.get("signature", "")),
+            str(plan.get("fallback") or "none"),
+            "dry_run" if dry_run else "acted",
+            " ".join(plan.get("args", [])),
+            env,
+        )
+        with self._lock:
+            self._plan = labels
+
     def set_remediation_exhausted(self, exhausted: bool) -> None:
         """Export whether the restart cap was hit (cleared only by an operator)."""
         with self._lock:
@@ -208,4 +223,5 @@ class MetricsSink(Collector):
                 ((f,), float(a)) for f, a in sorted(self._fallbacks.items())
             ],
             "hang_watchdog_remediation_exhausted": [((), float(self._exhausted))],
+            "hang_watchdog_remediation_plan_info": [(self._plan, 1.0)] if self._plan else [],
         }

@@ -148,6 +148,13 @@ METRICS: tuple[MetricSpec, ...] = (
         (),
         "1 when the restart cap was hit; the watchdog no longer acts until an operator clears it.",
     ),
+    MetricSpec(
+        "hang_watchdog_remediation_plan_info",
+        "gauge",
+        ("signature", "fallback", "mode", "args", "env"),
+        "Always 1: the last remediation plan (mode dry_run or acted), with the exact arguments "
+        "and environment it adds.",
+    ),
 )
 
 

@@ -156,7 +156,9 @@ class _MetricsHook:
         self.sink = sink
 
     def on_tick(self, obs: Observation, verdict: Any, daemon: Daemon) -> None:
-        self.sink.observe(obs, verdict, daemon.stats.last_duration_s)
+        # The previous iteration's full duration (this one is still running its hooks).
+        seconds = daemon.stats.last_duration_s if daemon.stats.iterations else None
+        self.sink.observe(obs, verdict, seconds)
 
 
 def _episodes(cfg: Config, built: Built) -> None:
@@ -230,6 +232,15 @@ def _notify(built: Built) -> None:
     from watchdog.sdnotify import Notifier
 
     notifier = Notifier.from_env()
+    interval = notifier.watchdog_interval_s()
+    tick = built.daemon.cfg.tick_s
+    if interval is not None and tick >= interval:
+        # One ping per loop: a loop slower than half of WatchdogSec= gets the watchdog killed
+        # and restarted over and over (NVSentinel #1748 saw 49 liveness kills).
+        raise ConfigError(
+            f"key 'tick_s': {tick:g} s is not shorter than half of systemd's WatchdogSec= "
+            f"({interval:g} s); lower tick_s or raise WatchdogSec= in the unit"
+        )
     if notifier.enabled:
         built.daemon.hooks.append(_NotifyHook(notifier))
 

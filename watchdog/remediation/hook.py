@@ -148,6 +148,8 @@ class RemediationHook:
 
     def _dry_run(self, plan: Plan, daemon: Any) -> None:
         self._metric(plan.action, "planned")
+        if self.metrics is not None:
+            self.metrics.set_plan(plan.to_dict(), dry_run=True)
         daemon.emitter.event(
             "remediation",
             f"dry run: would {plan.describe()} via {self.restarter.name}",
@@ -188,6 +190,8 @@ class RemediationHook:
                 "(or set state_dir to a directory that is)"
             )
         self._export_state()
+        if self.metrics is not None:
+            self.metrics.set_plan(plan.to_dict(), dry_run=False)
         self._plan, self._bundle = plan, self._incident()
         self._record = {
             "dry_run": False,
