@@ -36,15 +36,20 @@ class FakeClock:
         return self.now
 
 
-@pytest.fixture
-def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def install_journalctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    """Put a stand-in `journalctl` first on PATH; it records each argv in argv.jsonl."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     script = bindir / "journalctl"
-    script.write_text(STANDIN.format(python=sys.executable))
+    script.write_text(source.format(python=sys.executable))
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.jsonl"))
+
+
+@pytest.fixture
+def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    install_journalctl(tmp_path, monkeypatch, STANDIN)
     monkeypatch.setenv("STANDIN_OUT", str(tmp_path / "out"))
     return tmp_path
 
@@ -193,13 +198,7 @@ def append_entries(journal: Path, *numbers: int) -> None:
 
 @pytest.fixture
 def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    script = bindir / "journalctl"
-    script.write_text(MINI_JOURNAL.format(python=sys.executable))
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.jsonl"))
+    install_journalctl(tmp_path, monkeypatch, MINI_JOURNAL)
     monkeypatch.setenv("JOURNAL", str(tmp_path / "journal.jsonl"))
     monkeypatch.setenv("CRASH", str(tmp_path / "crash"))
     (tmp_path / "journal.jsonl").write_text("")
