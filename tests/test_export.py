@@ -326,7 +326,7 @@ def test_healthz_goes_503_when_the_real_loop_is_stuck(tmp_path) -> None:
         gpu_source="none",
         log_files=[str(log)],
         metrics_addr="127.0.0.1:0",
-        metrics_stale_s=1.0,
+        metrics_stale_s=2.0,
         tick_s=0.1,
         stacks=False,
         cdn_default=False,

@@ -103,3 +103,17 @@ def test_another_servers_busy_gpu_does_not_count(tmp_path: Path, server) -> None
         assert [(g.index, g.uuid) for g in obs.gpus] == [(0, A)]
     finally:
         built.daemon.close()
+
+
+def test_the_choice_holds_while_its_evidence_is_unavailable() -> None:
+    """A driver hang that blocks the process source must not widen the judgement to all GPUs."""
+    from watchdog.daemon import Daemon, Sources
+    from watchdog.signatures import load_signatures
+
+    daemon = Daemon(Config(metrics_addr="off", cdn_default=False), load_signatures(), Sources())
+    daemon.host_pids = True
+    assert _idx(daemon._server_gpus(NODE, {}, [222], 5)) == [1]  # server processes
+    assert _idx(daemon._server_gpus(NODE, None, [], None)) == [1]  # procs stuck: kept
+    assert _idx(daemon._server_gpus(NODE, None, [], 5)) == [1]  # same server, not alive
+    assert _idx(daemon._server_gpus(NODE, {}, [], 6)) == [0, 1, 2]  # a new server: no evidence
+    daemon.close()

@@ -123,3 +123,9 @@ def test_a_secret_option_and_its_value_in_separate_argv_items() -> None:
         "vllm", "serve", "m", "--api-key", "<redacted>", "--max-num-batched-tokens", "8192",
         "--hf-token", "--port", "8000", "--api-key", "--", "--lora-key", "42",
     ]  # fmt: skip
+
+
+def test_flags_that_only_mention_a_secret_word_hide_nothing() -> None:
+    for flag in ("--allow-credentials", "--return-tokens-as-token-ids", "--disable-log-requests"):
+        argv = ["vllm", "serve", flag, "meta-llama/Llama-3.1-8B-Instruct"]
+        assert redact_tree([*argv]) == argv

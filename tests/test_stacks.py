@@ -342,3 +342,41 @@ def test_real_py_spy_stacks_name_the_signature(target: str, signature: str) -> N
     v = final(tl.obs, load_signatures())
     assert (v.state, v.signature) == ("hung", signature)
     assert any(e.source == "stacks" and f"pid {proc.pid}" in e.detail for e in v.evidence)
+
+
+class _Progress:
+    last_progress_t: float | None = None
+
+
+class _Window:
+    def __init__(self) -> None:
+        self.progress = _Progress()
+
+
+class _DaemonWithWindow(_Daemon):
+    def __init__(self) -> None:
+        super().__init__()
+        self.window = _Window()
+
+
+def test_dumps_begun_before_the_server_moved_on_are_discarded(download_target) -> None:
+    """A capture that started during a stall which then cleared shows a moment the server has
+    left: it must not be attached as evidence, and a later stall takes new dumps."""
+    from watchdog.episodes import EpisodeHook
+    from watchdog.model import Observation, ProcSnapshot, Verdict
+
+    hook = EpisodeHook(capturer=StackCapturer(deadline_s=30.0, second_after_s=0.5))
+    me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
+    snap = ProcSnapshot(me.pid, True, (me,))
+    daemon = _DaemonWithWindow()
+    suspicious = Verdict(state="serving", suspicious=True)
+    hook.on_tick(Observation(t=10.0, wall=10.0, procs=snap), suspicious, daemon)
+    assert hook.episode is not None and hook.episode.capture_started_t == 10.0
+    daemon.window.progress.last_progress_t = 11.0  # the batch finished while py-spy ran
+    deadline = time.monotonic() + 60
+    while hook.capturer.busy() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hook.on_tick(Observation(t=12.0, wall=12.0, procs=snap), Verdict(state="serving"), daemon)
+    assert daemon.attached == [] and hook.episode.capture_started_t is None
+    hook.on_tick(Observation(t=13.0, wall=13.0, procs=snap), suspicious, daemon)
+    assert hook.episode.capture_started_t == 13.0  # stalled again: fresh dumps

@@ -8,6 +8,7 @@ import io
 import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -107,3 +108,48 @@ def test_the_supervise_restarter_leaves_no_worker_behind(tmp_path: Path) -> None
         cleanup(sup, worker)
         if sup.popen is not None:  # the restarted server is a new tree with its own worker
             sup.stop(grace_s=1.0)
+
+
+def test_a_restart_in_flight_at_shutdown_does_not_start_a_new_server() -> None:
+    """SIGTERM to the watchdog while a restart waits out its stop grace: the restart must not
+    start a server after the watchdog's own shutdown, which would leave it running unwatched."""
+    import threading
+
+    from watchdog.remediation.plan import Plan
+    from watchdog.remediation.restarters import RestartError
+
+    stubborn = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "open(sys.argv[1], 'w').close(); time.sleep(120)"
+    )
+    ready = Path(tempfile.mkdtemp()) / "ready"
+    sup = Supervisor(
+        [sys.executable, "-c", stubborn, str(ready)], tee_out=io.BytesIO(), tee_err=io.BytesIO()
+    )
+    first = sup.start()
+    wait_for(ready.exists)  # SIGTERM is ignored from here on
+    restarter = SuperviseRestarter(sup, grace_s=1.0)
+    outcome: dict[str, object] = {}
+
+    def restart() -> None:
+        try:
+            outcome["result"] = restarter.restart(Plan("sig", "restart", True), first)
+        except RestartError as exc:
+            outcome["error"] = str(exc)
+
+    job = threading.Thread(target=restart)
+    job.start()
+    time.sleep(0.3)  # the restart is inside its stop grace (the server ignores SIGTERM)
+    sup.shutdown(1.0)
+    job.join(timeout=30)
+    assert "shutting down" in str(outcome.get("error")), outcome
+    assert sup.starts == 1 and not psutil.pid_exists(first) or _zombie(first)
+    with pytest.raises(RuntimeError, match="shutting down"):
+        sup.start()
+    sup.close()
+
+
+def _zombie(pid: int) -> bool:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    return True

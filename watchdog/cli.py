@@ -212,6 +212,7 @@ class _JsonFormatter(logging.Formatter):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from watchdog.supervise import StopError
     from watchdog.wiring import build
 
     cfg = config_from_args(args)
@@ -235,7 +236,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     _on_signals(stop)
     try:
         if built.server is not None:
-            host, port = built.server.start()
+            try:
+                host, port = built.server.start()
+            except OSError as exc:  # the message names the address and what to do
+                raise ConfigError(f"key 'metrics_addr': {exc.strerror or exc}") from exc
             logging.getLogger("hang_watchdog").info("metrics on http://%s:%d/metrics", host, port)
         sup = built.supervisor
         if sup is not None:
@@ -249,7 +253,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         built.daemon.run(stop=stop, until=until)
         if sup is not None:
             if stop.is_set():
-                sup.stop(cfg.stop_grace_s)
+                try:
+                    sup.shutdown(cfg.stop_grace_s)
+                except StopError as exc:
+                    logging.getLogger("hang_watchdog").error("stopping the server: %s", exc)
+                    return 1
             code = sup.returncode()
             return 0 if code is None else (code if code >= 0 else 128 - code)
         return 0

@@ -97,8 +97,10 @@ class Daemon:
         deadline = max(1.0, 2 * cfg.tick_s)
         self._procs_call = DeadlineCall("procs", _health(sources.procs), deadline)
         self._facts_call = DeadlineCall("facts", _health(sources.facts), deadline)
+        self._environ_call = DeadlineCall("environ", _health(sources.conns), deadline)
         self._server_environ: dict[str, str] | None = None
         self._gpu_scope: tuple[str, tuple[int, ...]] | None = None
+        self._gpu_pick: tuple[int | None, frozenset[str]] | None = None  # (target, GPU ids)
         # NVML reports host PIDs: match them against the server's only outside a container.
         self.host_pids = not in_container()
 
@@ -124,8 +126,8 @@ class Daemon:
         # The facts source reads the target's environment each tick already; reuse it.
         environ = facts.get("environ")
         if environ is None and s.conns is not None and target is not None:
-            environ = self._procs_call(lambda: read_environ(target))
-        gpus = self._server_gpus(_safe(s.gpu, lambda: s.gpu.poll()) or (), environ, pids)
+            environ = self._environ_call(lambda: read_environ(target))
+        gpus = self._server_gpus(_safe(s.gpu, lambda: s.gpu.poll()) or (), environ, pids, target)
         if gpus:  # recorded in the timeline; survives a restart of the server (window.py)
             facts = {**facts, "gpu_cc": sorted({g.cc for g in gpus if g.cc})}
         obs = Observation(
@@ -145,7 +147,11 @@ class Daemon:
         return obs
 
     def _server_gpus(
-        self, gpus: Sequence[GpuSample], environ: dict[str, str] | None, pids: list[int]
+        self,
+        gpus: Sequence[GpuSample],
+        environ: dict[str, str] | None,
+        pids: list[int],
+        target: int | None,
     ) -> tuple[GpuSample, ...]:
         """Only the watched server's GPUs count (gpuscope.py); say when the choice changes."""
         if environ is not None:
@@ -157,6 +163,14 @@ class Daemon:
             tree_pids=pids,
             same_pid_namespace=self.host_pids,
         )
+        if how != "all":
+            self._gpu_pick = (target, frozenset(_gpu_id(g) for g in chosen))
+        elif self._gpu_pick is not None and target in (None, self._gpu_pick[0]):
+            # The evidence is gone just when it matters (the process source is stuck behind a
+            # driver hang, the server died): keep judging the same GPUs, not every GPU.
+            kept = tuple(g for g in gpus if _gpu_id(g) in self._gpu_pick[1])
+            if kept:
+                chosen, how = kept, "the last choice, its evidence unavailable now"
         key = (how, tuple(g.index for g in chosen))
         if gpus and key != self._gpu_scope:
             self._gpu_scope = key
@@ -210,23 +224,36 @@ class Daemon:
             stop.wait(max(0.0, self.cfg.tick_s - (self.clock() - t0)))
         return self.verdict
 
+    def worst_tick_s(self) -> float:
+        """How long one loop can take when every probe hangs at once (each costs its deadline
+        once, then is skipped until it returns): what WatchdogSec= and /healthz must allow."""
+        s = self.sources
+        calls = (
+            (s.procs, self._procs_call),
+            (s.facts, self._facts_call),
+            (s.conns, self._environ_call),
+        )
+        budget = sum(call.deadline_s for source, call in calls if source is not None)
+        budget += float(getattr(s.gpu, "deadline_s", 0.0) or 0.0)
+        budget += 2 * float(getattr(s.vllm, "timeout_s", 0.0) or 0.0)  # /metrics, then /health
+        return self.cfg.tick_s + budget
+
     def close(self) -> None:
-        self._procs_call.close()
-        self._facts_call.close()
-        for src in self.sources.all():
-            close = getattr(src, "close", None)
+        # Hooks first: a restart in flight must finish before the sources (the supervised
+        # child's readers among them) are closed.
+        for obj in (*self.hooks, *self.sources.all()):
+            close = getattr(obj, "close", None)
             if close is not None:
                 try:
                     close()
                 except Exception:  # closing is best effort
-                    log.debug("closing %s failed", src, exc_info=True)
-        for hook in self.hooks:
-            close = getattr(hook, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:
-                    log.debug("closing %s failed", hook, exc_info=True)
+                    log.debug("closing %s failed", obj, exc_info=True)
+        for call in (self._procs_call, self._facts_call, self._environ_call):
+            call.close()
+
+
+def _gpu_id(g: GpuSample) -> str:
+    return g.uuid or str(g.index)
 
 
 def _health(source: Any) -> SourceHealth | None:

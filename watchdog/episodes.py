@@ -78,7 +78,8 @@ class EpisodeHook:
             if ep.healthy_ticks >= self.close_after_ticks:
                 self.episode = None
                 return
-        self._maybe_capture(obs, ep)
+        if troubled:
+            self._maybe_capture(obs, ep)
         if not fresh_stacks and self._wants_incident(obs, verdict, ep):
             self._write(obs, verdict, ep, daemon)
 
@@ -100,6 +101,18 @@ class EpisodeHook:
         result = self.capturer.poll()
         if result is None:
             return False
+        if self.metrics is not None:
+            self.metrics.stack_capture(result.result)
+        ep = self.episode
+        window = getattr(daemon, "window", None)
+        moved = window.progress.last_progress_t if window is not None else None
+        started = ep.capture_started_t if ep is not None else None
+        if ep is not None and started is not None and moved is not None and moved > started:
+            # Dumps begun before the server moved on show a moment it has left: not evidence
+            # of this stall. Take new ones if it stalls again.
+            log.info("stack capture discarded: the server made progress while it ran")
+            ep.capture_started_t = None
+            return False
         self.capture = result
         samples = tuple(result.samples)
         if not samples and result.result != "ok":
@@ -107,8 +120,6 @@ class EpisodeHook:
             # say why its stack evidence is absent.
             samples = (StackSample(pid=0, title="stack capture", error=result.reason),)
         daemon.attach_stacks(samples)
-        if self.metrics is not None:
-            self.metrics.stack_capture(result.result)
         log.info("stack capture finished: %s %s", result.result, result.reason)
         return True
 

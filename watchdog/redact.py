@@ -47,7 +47,6 @@ _SECRET_WORD = r"(?:[A-Za-z0-9]+[-_.])*(?:token|key|apikey|secret|password|passw
 _NAME = _SECRET_WORD + r"(?:[-_.][A-Za-z0-9]+)*"
 _VALUE = r"([\"']?)([^\s\"',;]+)"
 _OPTION_RE = re.compile(r"(?i)(?<![\w-])(--?" + _NAME + r")(=|\s+)" + _VALUE)
-_OPTION_NAME_RE = re.compile(r"(?i)--?" + _NAME)
 _ASSIGN_RE = re.compile(r"(?i)(?<![\w-])(" + _NAME + r")([\"']?\s*[=:]\s*)" + _VALUE)
 # A standalone word of key characters; words joined to identifiers, file names or paths by `_`,
 # `.`, `-` or a leading `/` are kernel names and paths (evidence), not keys.
@@ -108,8 +107,22 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             out.append(REDACTED)
         else:
             out.append(redact_text(arg))
-        hide = bool(_OPTION_NAME_RE.fullmatch(arg))
+        hide = _secret_option(arg)
     return out
+
+
+# The last word of an option that takes a secret as its value (`--api-key`, `--hf-token`).
+# Flags whose name merely mentions one (`--allow-credentials`, `--return-tokens-as-token-ids`)
+# take no value: hiding the item after them would hide the model name.
+_SECRET_LAST_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "credential", "pat"}
+)
+
+
+def _secret_option(arg: str) -> bool:
+    if not arg.startswith("-") or "=" in arg or arg in ("-", "--"):
+        return False
+    return re.split(r"[-_.]", arg.lstrip("-").lower())[-1] in _SECRET_LAST_WORDS
 
 
 def _secret_key(key: object) -> bool:

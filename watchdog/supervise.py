@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import BinaryIO
@@ -51,11 +52,23 @@ class Supervisor:
         self.starts = 0
         self._readers: list[StreamReader] = []
         self._retired: list[StreamReader] = []
+        # A restart runs in a background thread while a signal may shut everything down: one
+        # lock for start/stop (held through a stop's grace), and once closing no start may
+        # follow. The loop's reads take only the short readers lock, never waiting on a stop.
+        self._lock = threading.RLock()
+        self._readers_lock = threading.Lock()
+        self.closing = False
 
     def start(
         self, extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None
     ) -> int:
         """Launch the command (plus a fallback's arguments and environment); returns its PID."""
+        with self._lock:
+            if self.closing:
+                raise RuntimeError("the watchdog is shutting down; the server is not started again")
+            return self._start(extra_args, extra_env)
+
+    def _start(self, extra_args: Sequence[str], extra_env: Mapping[str, str] | None) -> int:
         self.extra_args = list(extra_args)
         self.extra_env = dict(extra_env or {})
         argv = self.argv + [a for a in self.extra_args if a not in self.argv]
@@ -71,11 +84,13 @@ class Supervisor:
         except OSError as exc:
             raise RuntimeError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
         assert self.popen.stdout is not None and self.popen.stderr is not None
-        self._retired.extend(self._readers)
-        self._readers = [
+        readers = [
             StreamReader(self.popen.stdout, "child", tee=self.tee_out),
             StreamReader(self.popen.stderr, "child", tee=self.tee_err),
         ]
+        with self._readers_lock:
+            self._retired.extend(self._readers)
+            self._readers = readers
         self.starts += 1
         log.info("started %s (pid %d)", " ".join(argv), self.popen.pid)
         return self.popen.pid
@@ -95,6 +110,15 @@ class Supervisor:
 
         Returns the child's exit code; StopError when part of the tree survives SIGKILL.
         """
+        with self._lock:
+            return self._stop(grace_s)
+
+    def shutdown(self, grace_s: float = 30.0) -> int | None:
+        """Stop for good: a restart in flight cannot start the server again afterwards."""
+        self.closing = True
+        return self.stop(grace_s)
+
+    def _stop(self, grace_s: float) -> int | None:
         child = self.popen
         if child is None:
             return None
@@ -115,7 +139,8 @@ class Supervisor:
 
     def partials(self) -> list[str]:
         """The current child's unterminated last lines (a frozen tqdm bar)."""
-        return [p for r in self._readers for p in r.partials()]
+        with self._readers_lock:
+            return [p for r in self._readers for p in r.partials()]
 
     def reader(self) -> SupervisedReader:
         return SupervisedReader(self)
@@ -123,6 +148,10 @@ class Supervisor:
     def lines(self) -> list[str]:
         # What a stopped child still prints (its API server logs EngineDeadError on SIGTERM)
         # describes the old server, not the restarted one: drain it, do not report it.
+        with self._readers_lock:
+            return self._lines()
+
+    def _lines(self) -> list[str]:
         for r in self._retired:
             r.read()
         self._retired = [r for r in self._retired if not r.eof]
@@ -132,8 +161,9 @@ class Supervisor:
         return out
 
     def close(self) -> None:
-        for r in self._retired + self._readers:
-            r.close()
+        with self._readers_lock:
+            for r in self._retired + self._readers:
+                r.close()
 
 
 class SupervisedReader:

@@ -148,6 +148,13 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
     built.metrics = sink
     built.daemon.hooks.append(_MetricsHook(sink))
     if addr is not None:
+        worst = built.daemon.worst_tick_s()
+        if cfg.metrics_stale_s <= worst:
+            raise ConfigError(
+                f"key 'metrics_stale_s': {cfg.metrics_stale_s:g} s, but one loop can take "
+                f"{worst:g} s when probes hang; /healthz would flap to 503 and a liveness probe "
+                f"would kill a healthy watchdog. Set it above {worst:g}"
+            )
         built.server = MetricsServer(sink, cfg.metrics_addr)
 
 
@@ -233,13 +240,15 @@ def _notify(built: Built) -> None:
 
     notifier = Notifier.from_env()
     interval = notifier.watchdog_interval_s()
-    tick = built.daemon.cfg.tick_s
-    if interval is not None and tick >= interval:
-        # One ping per loop: a loop slower than half of WatchdogSec= gets the watchdog killed
-        # and restarted over and over (NVSentinel #1748 saw 49 liveness kills).
+    worst = built.daemon.worst_tick_s()
+    if interval is not None and worst >= interval:
+        # One ping per loop: a loop that can outlast half of WatchdogSec= gets the watchdog
+        # killed and restarted over and over (NVSentinel #1748 saw 49 liveness kills).
         raise ConfigError(
-            f"key 'tick_s': {tick:g} s is not shorter than half of systemd's WatchdogSec= "
-            f"({interval:g} s); lower tick_s or raise WatchdogSec= in the unit"
+            f"key 'tick_s': one loop can take {worst:g} s (tick_s {built.daemon.cfg.tick_s:g} "
+            f"plus the probes' deadlines when they hang), not less than half of systemd's "
+            f"WatchdogSec= ({interval:g} s); lower tick_s or raise WatchdogSec= to at least "
+            f"{2 * worst + 1:.0f}s in the unit"
         )
     if notifier.enabled:
         built.daemon.hooks.append(_NotifyHook(notifier))

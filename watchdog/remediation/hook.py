@@ -52,6 +52,7 @@ class RemediationHook:
         )
         self.state = store.load()
         self._mtime = self.store.stamp()
+        self._save_error = ""
         self._handled: Any = None  # the episode already acted on
         self._said: set[tuple[Any, str]] = set()  # (episode, reason) skips already reported
         self._job: RestartJob | None = None
@@ -219,7 +220,8 @@ class RemediationHook:
             return
         self._job = None
         if job.error is not None or job.result is None:
-            self._finish(Outcome("failed", f"restart failed: {job.error}"), daemon)
+            why = job.error or f"the {self.restarter.name} restarter reported nothing"
+            self._finish(Outcome("failed", f"restart failed: {why}"), daemon)
             return
         self._record["restart"] = job.result
         daemon.emitter.event(
@@ -318,6 +320,13 @@ class RemediationHook:
         for name in self.sigs.fallbacks:
             self.metrics.set_fallback_active(name, name in active)
 
+    def close(self) -> None:
+        """At shutdown, let a restart in flight finish (the supervisor refuses a new start
+        once closing), so no server is left running unwatched."""
+        job = self._job
+        if job is not None:
+            job.thread.join(timeout=self.cfg.stop_grace_s + 15.0)
+
     def _reload_if_changed(self) -> None:
         """An operator may clear the file (`fallback clear`) while the watchdog runs."""
         mtime = self.store.stamp()
@@ -338,6 +347,8 @@ class RemediationHook:
             self.store.save(self.state)
         except OSError as exc:
             failed = f"cannot save the remediation state to {self.store.path}: {exc}"
-            log.error("%s", failed)
+            if failed != self._save_error:  # retried every tick: say each failure once
+                log.error("%s", failed)
+        self._save_error = failed
         self._mtime = self.store.stamp()
         return failed

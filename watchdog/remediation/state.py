@@ -72,6 +72,16 @@ class StateStore:
             ) from exc
         if not isinstance(doc, dict):
             raise StateError(f"{self.path}: expected a JSON object; delete it to start afresh")
+        try:
+            return self._state(doc)
+        except (TypeError, ValueError) as exc:
+            raise StateError(
+                f"{self.path}: a field has the wrong type ({exc}); fix or delete it "
+                "(`hang-watchdog fallback clear` writes a fresh one)"
+            ) from exc
+
+    @staticmethod
+    def _state(doc: dict[str, Any]) -> RemediationState:
         return RemediationState(
             restarts=[float(t) for t in doc.get("restarts") or []],
             exhausted=bool(doc.get("exhausted", False)),

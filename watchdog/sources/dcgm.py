@@ -112,6 +112,11 @@ class DcgmSource:
         self._client = client
         self._own_client = client is None
 
+    @property
+    def deadline_s(self) -> float:
+        """The longest a poll waits on the exporter."""
+        return self._timeout_s
+
     def poll(self) -> tuple[GpuSample, ...]:
         """Every GPU dcgm-exporter reports now; () while down."""
         if self._client is None:

@@ -121,6 +121,11 @@ class GpuSource:
             self.health.down(str(exc))
         return None
 
+    @property
+    def deadline_s(self) -> float:
+        """The longest a poll waits on the backend."""
+        return self._deadline_s
+
     def _stuck_message(self) -> str:
         return f"NVML call did not return within {self._deadline_s:.1f} s; GPU source down"
 
