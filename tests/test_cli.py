@@ -89,3 +89,17 @@ def test_diagnose_of_a_pid_that_does_not_exist_is_an_error(tmp_path: Path) -> No
         f"hang-watchdog diagnose: no process with PID {pid}; check the PID or use --match"
     )
     assert "gone" not in done.stdout + done.stderr
+
+
+def test_a_metrics_address_in_use_is_a_config_error(tmp_path: Path) -> None:
+    import socket
+
+    log = tmp_path / "server.log"
+    log.write_text("")
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        done = cli("run", "--log-file", str(log), "--gpu-source", "none", "--no-cdn-default",
+                   "--metrics-addr", f"127.0.0.1:{port}", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"metrics_addr': cannot listen on 127.0.0.1:{port}" in done.stderr

@@ -128,6 +128,9 @@ def test_state_round_trips_and_a_corrupt_file_is_a_clear_error(tmp_path: Path) -
     store.path.write_text("{not json")
     with pytest.raises(StateError, match="fallback clear"):
         store.load()
+    store.path.write_text('{"restarts": ["yesterday"]}')
+    with pytest.raises(StateError, match="wrong type.*fallback clear"):
+        store.load()
 
 
 def test_fallback_cli_show_and_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
