@@ -76,3 +76,59 @@ def test_the_loop_keeps_ticking_while_the_process_source_is_stuck() -> None:
     finally:
         procs.release.set()
         daemon.close()
+
+
+class _Trickle:
+    """A loopback HTTP server that answers /metrics one byte at a time, for ever: each read
+    meets httpx's timeout, the response never ends."""
+
+    def __init__(self) -> None:
+        import socket
+
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.server.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            while not self.stop.is_set():
+                try:
+                    conn.sendall(b"#")
+                except OSError:
+                    return
+                time.sleep(0.3)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.server.close()
+
+
+def test_a_trickling_server_cannot_hold_the_loop() -> None:
+    from watchdog.sources.vllm import VllmSource
+
+    trickle = _Trickle()
+    vllm = VllmSource(f"http://127.0.0.1:{trickle.port}", timeout_s=1.0)
+    cfg = Config(tick_s=0.2, metrics_addr="off", stacks=False, cdn_default=False)
+    daemon = Daemon(cfg, load_signatures(), Sources(vllm=vllm))
+    try:
+        t0 = time.monotonic()
+        for _ in range(4):
+            daemon.tick()
+        # One scrape deadline (2 requests x 1 s + 1 s), then the stuck scrape is skipped.
+        assert time.monotonic() - t0 < 3.0 + 2.0
+        assert daemon.window.latest.sources["vllm"] is False
+    finally:
+        trickle.close()
+        daemon.close()

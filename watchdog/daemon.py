@@ -98,6 +98,10 @@ class Daemon:
         self._procs_call = DeadlineCall("procs", _health(sources.procs), deadline)
         self._facts_call = DeadlineCall("facts", _health(sources.facts), deadline)
         self._environ_call = DeadlineCall("environ", _health(sources.conns), deadline)
+        # httpx's timeouts bound each read, not the whole response: a server (or exporter)
+        # that trickles bytes would hold a scrape for ever. Hard deadlines around both.
+        self._gpu_call = DeadlineCall("gpu", _health(sources.gpu), _scrape_s(sources.gpu, 1))
+        self._vllm_call = DeadlineCall("vllm", _health(sources.vllm), _scrape_s(sources.vllm, 2))
         self._server_environ: dict[str, str] | None = None
         self._gpu_scope: tuple[str, tuple[int, ...]] | None = None
         self._gpu_pick: tuple[int | None, frozenset[str]] | None = None  # (target, GPU ids)
@@ -127,7 +131,9 @@ class Daemon:
         environ = facts.get("environ")
         if environ is None and s.conns is not None and target is not None:
             environ = self._environ_call(lambda: read_environ(target))
-        gpus = self._server_gpus(_safe(s.gpu, lambda: s.gpu.poll()) or (), environ, pids, target)
+        gpus = self._server_gpus(
+            _safe(s.gpu, lambda: self._gpu_call(s.gpu.poll)) or (), environ, pids, target
+        )
         if gpus:  # recorded in the timeline; survives a restart of the server (window.py)
             facts = {**facts, "gpu_cc": sorted({g.cc for g in gpus if g.cc})}
         obs = Observation(
@@ -135,7 +141,7 @@ class Daemon:
             wall=self.wall(),
             gpus=tuple(gpus),
             logs=tuple(_safe(s.logs, lambda: s.logs.poll()) or ()) + tuple(self._injected),
-            vllm=_safe(s.vllm, lambda: s.vllm.poll()),
+            vllm=_safe(s.vllm, lambda: self._vllm_call(s.vllm.poll)),
             procs=procs,
             conns=tuple(_safe(s.conns, lambda: s.conns.poll(pids, environ)) or ()),
             stacks=self._pending_stacks,
@@ -232,10 +238,10 @@ class Daemon:
             (s.procs, self._procs_call),
             (s.facts, self._facts_call),
             (s.conns, self._environ_call),
+            (s.gpu, self._gpu_call),
+            (s.vllm, self._vllm_call),
         )
         budget = sum(call.deadline_s for source, call in calls if source is not None)
-        budget += float(getattr(s.gpu, "deadline_s", 0.0) or 0.0)
-        budget += 2 * float(getattr(s.vllm, "timeout_s", 0.0) or 0.0)  # /metrics, then /health
         return self.cfg.tick_s + budget
 
     def close(self) -> None:
@@ -248,8 +254,20 @@ class Daemon:
                     close()
                 except Exception:  # closing is best effort
                     log.debug("closing %s failed", obj, exc_info=True)
-        for call in (self._procs_call, self._facts_call, self._environ_call):
+        for call in (
+            self._procs_call,
+            self._facts_call,
+            self._environ_call,
+            self._gpu_call,
+            self._vllm_call,
+        ):
             call.close()
+
+
+def _scrape_s(source: Any, requests: int) -> float:
+    """A source's own per-request limit times its requests per poll, plus a margin."""
+    own = getattr(source, "deadline_s", None) or getattr(source, "timeout_s", None) or 2.0
+    return requests * float(own) + 1.0
 
 
 def _gpu_id(g: GpuSample) -> str:
