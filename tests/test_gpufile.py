@@ -209,3 +209,26 @@ def test_a_growing_staleness_is_logged_once(
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 2, warnings
     assert health.last_error == "GPU sample file is unreadable" and not health.up
+
+
+def test_a_large_existing_file_is_joined_near_its_end(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "gpu.jsonl"
+    old = line(sm=0.1, ts=clock.now)
+    with path.open("w") as fh:
+        fh.write(old * (3 * (1 << 20) // len(old) + 1))  # about 3 MiB of old samples
+        fh.write(line(sm=0.9, ts=clock.now))
+    src = GpuFileSource(path, clock=clock)
+    (sample,) = src.poll()
+    assert sample.sm == 0.9
+    assert src.bad_lines == 0  # the line cut at the join point is skipped, not reported
+    assert src._line_no < 20_000  # only the tail was parsed, not the ~40,000 lines before it
+    src.close()
+
+
+def test_deeply_nested_json_is_one_bad_line(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "gpu.jsonl"
+    path.write_text("[" * 100_000 + "\n" + line(sm=0.7, ts=clock.now))
+    src = GpuFileSource(path, clock=clock)
+    (sample,) = src.poll()
+    assert sample.sm == 0.7 and src.bad_lines == 1
+    src.close()

@@ -226,3 +226,20 @@ def test_log_source_reports_reader_errors_and_closes_readers() -> None:
     assert not source.health.up and source.health.last_error == "cannot read x"
     source.close()
     assert bad.closed and good.closed
+
+
+def test_a_bar_frozen_before_attach_is_still_seen(tmp_path: Path) -> None:
+    """Attaching to a server already hung: its last tqdm redraw was never terminated, and it
+    is the server's state now, although everything before it is skipped."""
+    from watchdog.sources.logs import LogSource
+
+    log = tmp_path / "vllm.log"
+    bar = "Processed prompts:   0%|          | 0/768 [00:00<?, ?it/s]"
+    log.write_text(
+        "(EngineCore pid=1) ERROR 11-30 08:00:00 [core.py:1] EngineDeadError: old news\n"
+        f"Processed prompts:   0%|          | 0/768 [00:00<?, ?it/s]\r{bar}"
+    )
+    events = LogSource([FileFollower(log)]).poll()
+    assert [(e.kind, e.fields.get("n"), e.fields.get("total")) for e in events] == [
+        ("progress", 0, 768)
+    ]

@@ -22,6 +22,10 @@ from watchdog.sources.base import SourceHealth
 log = logging.getLogger("hang_watchdog.sources.gpufile")
 
 MAX_LINE_BYTES = 1 << 20  # a "line" longer than this without a newline is dropped as bad
+# A file that already holds samples is joined near its end, as `tail -F` would: the newest
+# samples are what counts, and a collector's file of many megabytes must not stall the start.
+START_TAIL_BYTES = 1 << 20
+READ_CHUNK_BYTES = 8 << 20  # at most this much per poll; the rest waits for the next one
 WARN_LIMIT = 10  # per-line warnings before the rest are only counted
 
 
@@ -60,6 +64,7 @@ class GpuFileSource:
         self._line_no = 0
         self._warned = 0
         self._latest: dict[int, _Seen] = {}
+        self._joined = False  # the first open starts near the end; later files from the start
 
     def poll(self) -> tuple[GpuSample, ...]:
         """The newest sample of each GPU; () while down (no file, nothing yet, or stale)."""
@@ -117,6 +122,16 @@ class GpuFileSource:
         except FileNotFoundError:
             return False
         self._restart()
+        if not self._joined:
+            self._joined = True
+            size = os.fstat(self._fh.fileno()).st_size
+            if size > START_TAIL_BYTES:
+                self._fh.seek(size - START_TAIL_BYTES)
+                self._fh.readline()  # the rest of a line cut in the middle
+                self._log.info(
+                    "%s holds %d bytes already; reading its last %d", self.path, size,
+                    START_TAIL_BYTES,
+                )  # fmt: skip
         return True
 
     def _restart(self) -> None:
@@ -125,7 +140,7 @@ class GpuFileSource:
 
     def _read_new(self) -> None:
         assert self._fh is not None
-        data = self._fh.read()
+        data = self._fh.read(READ_CHUNK_BYTES)
         if not data:
             return
         *lines, self._buf = (self._buf + data).split(b"\n")
@@ -169,6 +184,8 @@ def parse_line(text: bytes | str) -> tuple[GpuSample, float | None]:
         obj = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadLine(f"not valid JSON ({exc})") from exc
+    except RecursionError as exc:  # `[[[[...` nested past the parser's depth limit
+        raise BadLine("JSON nested too deeply for a GPU sample") from exc
     if not isinstance(obj, dict):
         raise BadLine("not a JSON object")
     index = obj.get("gpu")

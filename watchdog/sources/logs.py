@@ -103,11 +103,24 @@ class FileFollower:
         st = os.fstat(fh.fileno())
         self._fh, self._id, self.error = fh, (st.st_dev, st.st_ino), None
         self._offset = 0
+        self._splitter = LineSplitter(self._max_line_bytes)
         if self._first_open and not self._from_start:
             self._offset = fh.seek(0, os.SEEK_END)
+            self._hold_unterminated_tail(fh)
         self._first_open = False
-        self._splitter = LineSplitter(self._max_line_bytes)
         return True
+
+    def _hold_unterminated_tail(self, fh: BinaryIO) -> None:
+        """Joining at the end skips the past, but not an unterminated last line: a tqdm bar
+        that froze before the watchdog attached is never terminated, and it is the server's
+        current state (only bars are reported from held text: LogSource._held_bars)."""
+        start = max(0, self._offset - self._max_line_bytes)
+        fh.seek(start)
+        tail = fh.read(self._offset - start)
+        cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
+        held = tail[cut + 1 :] if cut >= 0 or start == 0 else b""
+        if held:
+            self._splitter.feed(held)
 
     def _drain(self) -> list[str]:
         fh = self._fh

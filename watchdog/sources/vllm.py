@@ -53,6 +53,11 @@ def _check_base_url(base_url: str) -> str:
     return base_url.rstrip("/")
 
 
+# vLLM's own /metrics is well under a megabyte (a few hundred series, plus histograms); a body
+# this large is something else, and parsing it would stall the loop and eat memory.
+MAX_METRICS_BYTES = 32 << 20
+
+
 class VllmSource:
     """Polls one vLLM API server; never raises, marks itself down when /metrics fails."""
 
@@ -91,15 +96,24 @@ class VllmSource:
     def _scrape_metrics(self) -> tuple[VllmSample, bool]:
         url = f"{self.base_url}/metrics"
         try:
-            resp = self._client.get(url, timeout=self.timeout_s)
+            with self._client.stream("GET", url, timeout=self.timeout_s) as resp:
+                if resp.status_code != 200:
+                    error = f"{url} answered HTTP {resp.status_code}"
+                    return VllmSample(up=False, error=error), True
+                body = bytearray()
+                for chunk in resp.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_METRICS_BYTES:
+                        limit = MAX_METRICS_BYTES >> 20
+                        error = f"{url}: more than {limit} MiB; is this vLLM's /metrics endpoint?"
+                        return VllmSample(up=False, error=error), True
+                text = body.decode(resp.encoding or "utf-8", errors="replace")
         except httpx.TimeoutException:
             return VllmSample(up=False, error=f"{url} timed out after {self.timeout_s:g} s"), False
         except httpx.HTTPError as e:
             return VllmSample(up=False, error=f"{url}: {type(e).__name__}: {e}"), False
-        if resp.status_code != 200:
-            return VllmSample(up=False, error=f"{url} answered HTTP {resp.status_code}"), True
         try:
-            return parse_vllm_metrics(resp.text), True
+            return parse_vllm_metrics(text), True
         except ValueError as e:
             return VllmSample(up=False, error=f"{url}: {e}"), True
 
