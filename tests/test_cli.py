@@ -103,3 +103,49 @@ def test_a_metrics_address_in_use_is_a_config_error(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert f"metrics_addr': cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_run_of_a_pid_that_does_not_exist_is_an_error() -> None:
+    pid = int(Path("/proc/sys/kernel/pid_max").read_text())
+    done = cli("run", "--pid", str(pid), "--no-cdn-default", "--metrics-addr", "off")
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"hang-watchdog run: no process with PID {pid}; check the PID or use --match/--systemd-unit"
+    )
+
+
+def test_a_closed_stdout_ends_quietly() -> None:
+    # `hang-watchdog signatures | head`: the reader is gone before the listing is written.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "signatures"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=sim_env(),
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141  # what a shell reports for a process ended by SIGPIPE
+    assert err == ""
+
+
+def test_an_incident_dir_that_is_a_file_is_a_config_error_at_start(tmp_path: Path) -> None:
+    taken = tmp_path / "incidents"
+    taken.write_text("not a directory")
+    flags = ["--gpu-source", "none", "--no-cdn-default", "--metrics-addr", "off"]
+    done = cli("run", "--vllm-url", "http://127.0.0.1:9", *flags, "--incident-dir", str(taken))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert f"key 'incident_dir': {taken} is a file, not a directory" in done.stderr
+
+
+def test_a_missing_incident_dir_is_created_at_start(tmp_path: Path) -> None:
+    from watchdog.config import build_config
+    from watchdog.wiring import build
+
+    bundles = tmp_path / "a" / "incidents"
+    values = {"vllm_url": "http://127.0.0.1:9", "gpu_source": "none", "metrics_addr": "off"}
+    cfg = build_config({**values, "cdn_default": False, "incident_dir": str(bundles)})
+    build(cfg).close()
+    assert bundles.is_dir() and list(bundles.iterdir()) == []

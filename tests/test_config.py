@@ -155,3 +155,116 @@ def test_bad_flag_value_exits_2_through_the_cli(tmp_path: Path) -> None:
     proc = _run("run", "--config", str(path), "--gpu-spin-sm", "1.5")
     assert proc.returncode == 2
     assert "gpu_spin_sm" in proc.stderr
+
+
+FLOAT_KEYS = sorted(k for k, f in KEYS.items() if "float" in str(f.type))
+
+
+@pytest.mark.parametrize("key", FLOAT_KEYS)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), 1e300])
+def test_non_finite_floats_are_refused_naming_the_key(key: str, bad: float) -> None:
+    # NaN passes every `lo` bound and silently disabled detection; inf overflowed sleeps.
+    with pytest.raises(ConfigError, match="finite number") as info:
+        build_config({key: bad}, origin="site.toml")
+    assert f"'{key}'" in str(info.value)
+
+
+def test_nan_in_the_toml_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'stall_after_s': must be a finite number") as info:
+        load_config(_toml(tmp_path, "stall_after_s = nan\n"))
+    assert str(tmp_path / "watchdog.toml") in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "key"),
+    [("--stall-after-s", "nan", "stall_after_s"), ("--tick-s", "inf", "tick_s")],
+)
+def test_non_finite_flags_exit_2_without_a_traceback(flag: str, value: str, key: str) -> None:
+    proc = _run("run", "--vllm-url", "http://127.0.0.1:8000", "--no-cdn-default", flag, value)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and f"'{key}'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"window_s": 10.0, "stall_after_s": 20.0, "blind_stall_after_s": 9.0}, "stall_after_s"),
+        ({"window_s": 100.0}, "blind_stall_after_s"),
+        ({"window_s": 12.0, "blind_stall_after_s": 11.0, "gpu_spin_for_s": 12.0}, "gpu_spin_for_s"),
+        (
+            {"window_s": 15.0, "stall_after_s": 15.0, "suspect_after_s": 15.0},
+            "suspect_after_s",
+        ),
+    ],
+)
+def test_a_window_not_longer_than_a_threshold_is_refused(values: dict, named: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config(values, origin="site.toml")
+    msg = str(info.value)
+    assert "'window_s'" in msg and named in msg and "set window_s above" in msg
+
+
+def test_window_longer_than_every_threshold_is_accepted() -> None:
+    cfg = build_config({"window_s": 30.0, "stall_after_s": 20.0, "blind_stall_after_s": 29.0})
+    assert cfg.window_s == 30.0
+
+
+def test_window_shorter_than_the_stall_exits_2_through_the_cli() -> None:
+    proc = _run("run", "--vllm-url", "http://127.0.0.1:8000", "--no-cdn-default",
+                "--window-s", "10", "--stall-after-s", "20")  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "'window_s'" in proc.stderr and "stall_after_s (20 s)" in proc.stderr
+
+
+@pytest.mark.parametrize("path", ["kubernetes/config.toml", "systemd/config.toml"])
+def test_shipped_configs_load(path: str) -> None:
+    cfg = load_config(REPO / path)
+    assert cfg.window_s > max(cfg.stall_after_s, cfg.blind_stall_after_s)
+
+
+def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "watchdog.toml"
+    path.write_bytes(b"\xff\xfes\x00t\x00")
+    with pytest.raises(ConfigError, match="not UTF-8") as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+    proc = _run("run", "--config", str(path), "--no-cdn-default")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert str(path) in proc.stderr and "UTF-8" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:notport",
+        "http://127.0.0.1:0",
+        "http://127.0.0.1:70000",
+        "127.0.0.1:8000",
+        "ftp://127.0.0.1:8000",
+        "http://:8000",
+    ],
+)
+def test_a_bad_vllm_url_is_refused(url: str) -> None:
+    with pytest.raises(ConfigError, match="e.g. http://127.0.0.1:8000") as info:
+        build_config({"vllm_url": url}, origin="site.toml")
+    assert "'vllm_url'" in str(info.value) and repr(url) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000", "https://vllm.internal/prefix/", "http://[::1]:8000"]
+)
+def test_good_vllm_urls_are_accepted(url: str) -> None:
+    assert build_config({"vllm_url": url}).vllm_url == url
+
+
+@pytest.mark.parametrize("host", ["a b:xx", "host:xx", "host:0", "http://host/"])
+def test_a_bad_cdn_host_is_refused_even_without_a_target(host: str) -> None:
+    with pytest.raises(ConfigError, match="HOST\\[:PORT\\]|1-65535") as info:
+        build_config({"vllm_url": "http://127.0.0.1:8000", "cdn_hosts": [host]})
+    assert "'cdn_hosts'" in str(info.value)
+
+
+def test_bad_vllm_url_flag_exits_2_through_the_cli() -> None:
+    proc = _run("run", "--vllm-url", "http://127.0.0.1:notport", "--no-cdn-default")
+    assert proc.returncode == 2, proc.stderr
+    assert "'vllm_url'" in proc.stderr and "Traceback" not in proc.stderr

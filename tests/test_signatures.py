@@ -177,9 +177,9 @@ def test_operator_file_with_a_new_id_adds_it(tmp_path: Path) -> None:
     assert set(merged.ids) == set(load_signatures().ids) | {"my_hang"}
 
 
-def _check(path: Path) -> subprocess.CompletedProcess[str]:
+def _check(path: Path, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "watchdog", "signatures", "--check", str(path)],
+        [sys.executable, "-m", "watchdog", "signatures", "--check", str(path), *more],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -212,3 +212,99 @@ def test_known_bad_error_names_a_file_whose_path_has_a_colon(tmp_path: Path) -> 
     with pytest.raises(SignatureError) as info:
         load_file(path)
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (
+            _sig('kind = "log"\npattern = "x"', 'id = "my_hang"\nmin_confidence = nan'),
+            "min_confidence",
+        ),
+        (
+            _sig('kind = "log"\npattern = "x"', 'id = "my_hang"\nmin_confidence = -inf'),
+            "min_confidence",
+        ),
+        (_sig('kind = "log"\npattern = "x"\nweight = nan'), "weight"),
+        (_sig('kind = "log"\npattern = "x"\nwithin_s = inf'), "within_s"),
+        (_sig('kind = "setting"\nname = "x"\nequals = nan'), "equals"),
+    ],
+    ids=["min_confidence_nan", "min_confidence_-inf", "weight_nan", "within_s_inf", "equals_nan"],
+)
+def test_non_finite_numbers_are_refused(tmp_path: Path, text: str, key: str) -> None:
+    # min_confidence = nan made every stalled tick "hung" with no evidence at all.
+    msg, path = _error(tmp_path, text)
+    assert str(path) in msg and "my_hang" in msg and f"'{key}'" in msg and "finite" in msg
+
+
+def test_nan_min_confidence_fails_signatures_check(tmp_path: Path) -> None:
+    path = _write(tmp_path, _sig('kind = "log"\npattern = "x"', 'id = "a"\nmin_confidence = nan'))
+    done = _check(path)
+    assert done.returncode == 2 and "'min_confidence'" in done.stderr
+
+
+UNKNOWN_FALLBACK = GOOD.replace(
+    'fix = "restart it"', 'fix = "restart it"\nfallback = "nonexistent"'
+)
+
+
+def test_an_undefined_fallback_is_refused_at_load(tmp_path: Path) -> None:
+    path = _write(tmp_path, UNKNOWN_FALLBACK)
+    with pytest.raises(SignatureError) as info:
+        load_signatures([path])
+    msg = str(info.value)
+    assert str(path) in msg and "my_hang" in msg and "'fallback'" in msg and "nonexistent" in msg
+    done = _check(path)
+    assert done.returncode == 2, done.stdout
+    assert "'fallback'" in done.stderr and "[fallback.nonexistent]" in done.stderr
+
+
+@pytest.mark.parametrize("name", ["none", "restart", "disable_nvls"])
+def test_shipped_fallbacks_may_be_named(tmp_path: Path, name: str) -> None:
+    path = _write(tmp_path, UNKNOWN_FALLBACK.replace("nonexistent", name))
+    sig = load_signatures([path]).get("my_hang")
+    assert sig is not None and sig.fallback == name
+    assert _check(path).returncode == 0
+
+
+def test_a_fallback_defined_in_an_operator_file_may_be_named(tmp_path: Path) -> None:
+    table = '\n[fallback.nonexistent]\ndescription = "site fallback"\nenv = { X = "1" }\n'
+    same = _write(tmp_path, UNKNOWN_FALLBACK + table, "same.toml")
+    assert load_signatures([same]).fallbacks["nonexistent"].env == {"X": "1"}
+    other = _write(tmp_path, "schema = 1\n" + table, "other.toml")
+    uses = _write(tmp_path, UNKNOWN_FALLBACK, "uses.toml")
+    assert load_signatures([other, uses]).get("my_hang") is not None
+    done = _check(uses, "--signatures", str(other))
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_signature_file_that_is_not_utf8_is_an_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "ops.toml"
+    path.write_bytes(b"\xff\xfes\x00c\x00")
+    with pytest.raises(SignatureError, match="not UTF-8") as info:
+        load_file(path)
+    assert str(path) in str(info.value)
+    for argv in (
+        ["signatures", "--check", str(path)],
+        ["signatures", "--signatures", str(path)],
+        [
+            "run",
+            "--vllm-url",
+            "http://127.0.0.1:8000",
+            "--no-cdn-default",
+            "--signatures",
+            str(path),
+        ],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "watchdog", *argv],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2, (argv, done.stderr)
+        assert (
+            "Traceback" not in done.stderr and str(path) in done.stderr and "UTF-8" in done.stderr
+        )

@@ -11,19 +11,19 @@ import dataclasses
 import importlib
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from watchdog import __version__
 from watchdog.config import KEYS, Config, ConfigError, load_config
 from watchdog.emit import format_verdict
 from watchdog.model import to_dict
-from watchdog.signatures import SignatureError, load_file, load_signatures
+from watchdog.signatures import SignatureError, load_signatures
 
 # Config keys whose flag name differs from the key, and keys with no flag of their own.
 FLAG_NAMES = {"log_files": "--log-file", "cdn_hosts": "--cdn-host", "signatures": "--signatures"}
@@ -57,7 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.command = command
         if not hasattr(args, "config"):  # daemon commands set it up once their config is read
             _setup_logging("text")
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError handler
+        return code
     except UsageError as exc:
         print(f"{exc.prog}: {exc}", file=sys.stderr)
         return 2
@@ -66,6 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `hang-watchdog signatures | head`: the reader left, nothing to say
+        _drop_stdout()
+        return 128 + signal.SIGPIPE
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,6 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     _setup_logging(cfg.log_format)  # the file's log_format counts too, not only the flag
+    _check_pid(cfg.pid, "--match/--systemd-unit", "hang-watchdog run")
     if not (
         cfg.pid
         or cfg.match
@@ -265,20 +278,22 @@ def cmd_run(args: argparse.Namespace) -> int:
         built.close()
 
 
-def cmd_diagnose(args: argparse.Namespace) -> int:
+def _check_pid(pid: int | None, instead: str, prog: str) -> None:
+    """UsageError when --pid names no process: watching it would only ever report `dead`."""
     import psutil
 
+    if pid is not None and (pid <= 0 or not psutil.pid_exists(pid)):
+        raise UsageError(f"no process with PID {pid}; check the PID or use {instead}", prog=prog)
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
     from watchdog.wiring import build
 
     if args.metrics_addr is None:
         args.metrics_addr = "off"
     cfg = config_from_args(args)
     _setup_logging(cfg.log_format)
-    if cfg.pid is not None and (cfg.pid <= 0 or not psutil.pid_exists(cfg.pid)):
-        raise UsageError(
-            f"no process with PID {cfg.pid}; check the PID or use --match",
-            prog="hang-watchdog diagnose",
-        )
+    _check_pid(cfg.pid, "--match", "hang-watchdog diagnose")
     built = build(cfg)
     stop = threading.Event()
     _on_signals(stop)
@@ -310,8 +325,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def cmd_signatures(args: argparse.Namespace) -> int:
-    if args.check:
-        load_file(Path(args.check))
+    if args.check:  # in context: its fallbacks may be shipped or in the --signatures files
+        load_signatures([*args.signatures, args.check])
         print(f"{args.check}: ok")
         return 0
     sigs = load_signatures(args.signatures)

@@ -7,11 +7,13 @@ Every key has a default; an unknown key or a bad value is a `ConfigError` naming
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,7 +56,12 @@ class Config:
     signatures: list[str] = _f([], "operator signature files added to the built-in ones")
     # timing and thresholds
     tick_s: float = _f(1.0, "seconds between observations", lo=0.05)
-    window_s: float = _f(600.0, "seconds of observations kept for classification", lo=10)
+    window_s: float = _f(
+        600.0,
+        "seconds of observations kept; must exceed stall_after_s, blind_stall_after_s and "
+        "gpu_spin_for_s",
+        lo=10,
+    )
     stall_after_s: float = _f(15.0, "no progress with work pending for this long is a stall", lo=1)
     suspect_after_s: float = _f(8.0, "no progress for this long starts stack capture", lo=1)
     blind_stall_after_s: float = _f(
@@ -120,6 +127,7 @@ class Config:
     canary_timeout_s: float = _f(30.0, "canary request timeout", lo=1)
 
 
+MAX_NUMBER = 1e9  # seconds: about 31 years; larger values overflow time_t and deque sizes
 KEYS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)}
 
 
@@ -156,6 +164,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
             doc = tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save the config file as UTF-8"
+        ) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     return doc
@@ -179,7 +192,17 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     elif "float" in kind:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer too large for a float
+            value = math.inf
+        # NaN compares false with every bound and passes them; a huge value overflows sleeps
+        # and buffer sizes later, so both are refused here.
+        if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+            raise ConfigError(
+                f"{origin}: key {key!r}: must be a finite number up to {MAX_NUMBER:g}, "
+                f"got {value!r}"
+            )
     elif "list" in kind:
         if isinstance(value, str) and isinstance(default, list):
             value = [value]
@@ -215,3 +238,51 @@ def _cross_check(cfg: Config, origin: str) -> None:
         raise ConfigError(
             f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
         )
+    _check_window(cfg, origin)
+    _check_vllm_url(cfg.vllm_url, origin)
+    _check_cdn_hosts(cfg.cdn_hosts, origin)
+
+
+# Thresholds measured over the window: a window no longer than one of them never sees it pass.
+WINDOWED = ("stall_after_s", "suspect_after_s", "blind_stall_after_s", "gpu_spin_for_s")
+
+
+def _check_window(cfg: Config, origin: str) -> None:
+    short = [k for k in WINDOWED if cfg.window_s <= getattr(cfg, k)]
+    if short:
+        longest = max(getattr(cfg, k) for k in short)
+        names = ", ".join(f"{k} ({getattr(cfg, k):g} s)" for k in short)
+        raise ConfigError(
+            f"{origin}: key 'window_s': {cfg.window_s:g} s is not longer than {names}, so the "
+            f"window never holds a stall that long; set window_s above {longest:g} (or lower "
+            f"{', '.join(short)})"
+        )
+
+
+def _check_vllm_url(url: str | None, origin: str) -> None:
+    if not url:
+        return
+    where = f"{origin}: key 'vllm_url': {url!r}"
+    hint = "give the server's base URL, e.g. http://127.0.0.1:8000"
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https"):
+        raise ConfigError(f"{where} is not an http:// or https:// URL; {hint}")
+    host = parts.hostname
+    if not host or any(c.isspace() for c in host):
+        raise ConfigError(f"{where} has no valid host; {hint}")
+    try:
+        port = parts.port
+    except ValueError:  # urllib: not a number, or outside 0-65535
+        port = 0
+    if port == 0:
+        raise ConfigError(f"{where} has an invalid port, need a number in 1-65535; {hint}")
+
+
+def _check_cdn_hosts(hosts: list[str], origin: str) -> None:
+    from watchdog.sources.conns import parse_cdn_host
+
+    for host in hosts:
+        try:
+            parse_cdn_host(host)
+        except ValueError as exc:
+            raise ConfigError(f"{origin}: key 'cdn_hosts': {exc}") from exc

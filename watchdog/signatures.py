@@ -13,7 +13,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from watchdog.tomlcheck import SignatureError, array, check_keys, get, regex, str_map, strs, table
+from watchdog.tomlcheck import (
+    SignatureError,
+    array,
+    check_keys,
+    finite,
+    get,
+    regex,
+    str_map,
+    strs,
+    table,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,7 +50,24 @@ def load_signatures(extra: Sequence[Path | str] = ()) -> SignatureSet:
     merged = _parse(text, "signatures.toml (built-in)")
     for path in extra:
         merged = _merge(merged, load_file(Path(path)))
+    check_fallbacks(merged)
     return merged
+
+
+# A signature may name these even where no file defines a table for them.
+BUILTIN_FALLBACKS = ("none", "restart")
+
+
+def check_fallbacks(sigs: SignatureSet) -> None:
+    """SignatureError naming the entry whose `fallback` no [fallback.NAME] table defines."""
+    known = sorted(set(BUILTIN_FALLBACKS) | set(sigs.fallbacks))
+    for sig in sigs.signatures:
+        if sig.fallback is not None and sig.fallback not in known:
+            raise SignatureError(
+                f"{sig.origin}: signature '{sig.id}': key 'fallback': {sig.fallback!r} is not "
+                f"defined; use one of {', '.join(known)}, or add a [fallback.{sig.fallback}] "
+                "table to a signature file"
+            )
 
 
 def load_file(path: Path) -> SignatureSet:
@@ -49,6 +76,11 @@ def load_file(path: Path) -> SignatureSet:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SignatureError(f"{path}: cannot read signature file: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SignatureError(
+            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+            "save the signature file as UTF-8"
+        ) from exc
     return _parse(text, str(path))
 
 
@@ -228,8 +260,8 @@ def _rule(r: Any, where: str) -> Rule:
         same_frame=same_frame,
         values=tuple(strs(r, "values", where)),
         name=get(r, "name", str, where, ""),
-        equals=r.get("equals"),
-        not_equals=r.get("not_equals"),
+        equals=finite(r.get("equals"), "equals", where),
+        not_equals=finite(r.get("not_equals"), "not_equals", where),
         has_equals="equals" in r,
         has_not_equals="not_equals" in r,
         status=get(r, "status", int, where, None),

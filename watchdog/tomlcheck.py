@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,13 @@ def get(table: Mapping[str, Any], key: str, tp: Any, where: str, default: Any) -
     if (isinstance(value, bool) and not accepts_bool) or not isinstance(value, tp):
         name = tp.__name__ if isinstance(tp, type) else "number"
         raise SignatureError(f"{where}: key '{key}': expected {name}, got {value!r}")
+    return finite(value, key, where)
+
+
+def finite(value: Any, key: str, where: str) -> Any:
+    """`value`, unless it is a NaN or infinite float (TOML allows both; NaN passes every bound)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SignatureError(f"{where}: key '{key}': must be a finite number, got {value!r}")
     return value
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,7 +192,7 @@ def _episodes(cfg: Config, built: Built) -> None:
         from watchdog.actions.incident import IncidentWriter
 
         writer = IncidentWriter(
-            Path(bundles),
+            _incident_root(bundles, defaulted=not cfg.incident_dir),
             max_incidents=cfg.max_incidents,
             max_bytes=cfg.max_incident_bytes,
         )
@@ -206,6 +208,28 @@ def _episodes(cfg: Config, built: Built) -> None:
     built.episodes = hook
     built.daemon.hooks.append(hook)
     built.extras.append(capturer)
+
+
+def _incident_root(path: str, *, defaulted: bool = False) -> Path:
+    """The bundle directory, created and probed now: a bad path must not wait for a hang."""
+    from watchdog.actions.incident import DIR_MODE
+
+    root = Path(path)
+    key = "key 'incident_dir'" + (" (by default state_dir/incidents)" if defaulted else "")
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{key}: {root} is a file, not a directory; give a directory for incident bundles "
+            "with --incident-dir (it is created if missing)"
+        )
+    try:
+        root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".tmp-", dir=root))  # as IncidentWriter.write does
+    except OSError as exc:
+        raise ConfigError(
+            f"{key}: cannot write incident bundles to {root}: {exc.strerror or exc}; "
+            "give a writable directory with --incident-dir"
+        ) from exc
+    return root
 
 
 def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
