@@ -171,3 +171,21 @@ def test_a_restarter_bug_ends_as_failed(tmp_path: Path) -> None:
     assert "failed: restart failed: KeyError: 'boom'" in daemon.out.getvalue()
     assert "restarted: None" not in daemon.out.getvalue()
     assert metric(sink, "hang_watchdog_remediations_total", action=ACTION, outcome="failed") == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        ({"no_such_signature": "restart"}, "'no_such_signature' is not a signature id"),
+        ({"gpu_kernel_spin": "disable_everything"}, "names no fallback"),
+    ],
+)
+def test_fallback_overrides_are_checked_at_start(tmp_path: Path, overrides, needle) -> None:
+    from watchdog.config import Config, ConfigError
+    from watchdog.remediation.factory import check_overrides
+    from watchdog.signatures import load_signatures
+
+    with pytest.raises(ConfigError, match=needle):
+        check_overrides(overrides, load_signatures())
+    check_overrides({"gpu_kernel_spin": "disable_trtllm_attention"}, load_signatures())
+    assert Config().fallback_overrides == {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
         canary = CanaryHook(cfg.vllm_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s)
     if not (cfg.remediate or cfg.dry_run):
         return canary
+    check_overrides(cfg.fallback_overrides, sigs)
     store = StateStore(cfg.state_dir)
     try:
         state = store.load()
@@ -79,3 +81,21 @@ def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
         busy=busy,
         canary=canary,
     )
+
+
+def check_overrides(overrides: Mapping[str, str], sigs: SignatureSet) -> None:
+    """Each override names a known signature and a fallback that exists, checked at start:
+    a typo found only when the server hangs is found too late."""
+    known = {"none", "restart", *sigs.fallbacks}
+    for sig_id, fallback in overrides.items():
+        if sig_id not in sigs.ids:
+            raise ConfigError(
+                f"key 'fallback_overrides': {sig_id!r} is not a signature id; "
+                f"known: {', '.join(sigs.ids)}"
+            )
+        if fallback not in known:
+            raise ConfigError(
+                f"key 'fallback_overrides': {sig_id} = {fallback!r} names no fallback; "
+                f"use one of {', '.join(sorted(known))} (or define [fallback.{fallback}] in a "
+                "--signatures file)"
+            )
