@@ -265,9 +265,14 @@ class Daemon:
 
 
 def _scrape_s(source: Any, requests: int) -> float:
-    """A source's own per-request limit times its requests per poll, plus a margin."""
-    own = getattr(source, "deadline_s", None) or getattr(source, "timeout_s", None) or 2.0
-    return requests * float(own) + 1.0
+    """A source's own per-request limit times its requests per poll, plus a margin; 0 for a
+    source that never waits (`--gpu-source none`)."""
+    own = getattr(source, "deadline_s", None)
+    if own is None:
+        own = getattr(source, "timeout_s", None)
+    if own is None:
+        own = 2.0
+    return requests * float(own) + 1.0 if own else 0.0
 
 
 def _gpu_id(g: GpuSample) -> str:

@@ -165,6 +165,8 @@ class GpuSource:
 class NullGpuSource:
     """`--gpu-source none`: always down, always empty, says why."""
 
+    deadline_s = 0.0  # never waits on anything
+
     def __init__(self, name: str = "gpu") -> None:
         self.name = name
         self.health = SourceHealth(name)
