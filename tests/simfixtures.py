@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -102,6 +103,32 @@ class SimHandle:
             self.process.kill()
         self.process.wait(timeout=10)
         psutil.wait_procs(procs, timeout=10)
+
+
+def run_watchdog(
+    *args: str, cwd: Path | None = None, timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """`python -m watchdog ARGS` as a real process, run to completion; text output."""
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=sim_env(),
+        cwd=cwd or REPO_ROOT,
+        check=False,
+    )
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `grace_s`."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def sim_env(env: Mapping[str, str] | None = None) -> dict[str, str]:

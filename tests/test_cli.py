@@ -10,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.simfixtures import sim_env
+from tests.simfixtures import run_watchdog, sim_env
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run `python -m watchdog ARGS` as a real process; text output."""
-    return subprocess.run(
-        [sys.executable, "-m", "watchdog", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=sim_env(),
-        cwd=cwd,
-        check=False,
-    )
+    return run_watchdog(*args, cwd=cwd)
 
 
 @pytest.mark.parametrize(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.simfixtures import run_watchdog
 from watchdog.classify import Thresholds
 from watchdog.cli import build_parser, config_from_args
 from watchdog.config import KEYS, Config, ConfigError, build_config, load_config
@@ -132,27 +131,16 @@ def test_bad_toml_names_the_file(tmp_path: Path) -> None:
     assert str(path) in str(info.value)
 
 
-def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "watchdog", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_unknown_key_exits_2_through_the_cli(tmp_path: Path) -> None:
     path = _toml(tmp_path, 'vllm_url = "http://127.0.0.1:8000"\nstall_afer_s = 5\n')
-    proc = _run("run", "--config", str(path))
+    proc = run_watchdog("run", "--config", str(path))
     assert proc.returncode == 2
     assert "stall_afer_s" in proc.stderr and str(path) in proc.stderr
 
 
 def test_bad_flag_value_exits_2_through_the_cli(tmp_path: Path) -> None:
     path = _toml(tmp_path, 'vllm_url = "http://127.0.0.1:8000"\n')
-    proc = _run("run", "--config", str(path), "--gpu-spin-sm", "1.5")
+    proc = run_watchdog("run", "--config", str(path), "--gpu-spin-sm", "1.5")
     assert proc.returncode == 2
     assert "gpu_spin_sm" in proc.stderr
 
@@ -180,7 +168,8 @@ def test_nan_in_the_toml_file_is_refused(tmp_path: Path) -> None:
     [("--stall-after-s", "nan", "stall_after_s"), ("--tick-s", "inf", "tick_s")],
 )
 def test_non_finite_flags_exit_2_without_a_traceback(flag: str, value: str, key: str) -> None:
-    proc = _run("run", "--vllm-url", "http://127.0.0.1:8000", "--no-cdn-default", flag, value)
+    url = ["--vllm-url", "http://127.0.0.1:8000"]
+    proc = run_watchdog("run", *url, "--no-cdn-default", flag, value)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and f"'{key}'" in proc.stderr
 
@@ -210,7 +199,7 @@ def test_window_longer_than_every_threshold_is_accepted() -> None:
 
 
 def test_window_shorter_than_the_stall_exits_2_through_the_cli() -> None:
-    proc = _run("run", "--vllm-url", "http://127.0.0.1:8000", "--no-cdn-default",
+    proc = run_watchdog("run", "--vllm-url", "http://127.0.0.1:8000", "--no-cdn-default",
                 "--window-s", "10", "--stall-after-s", "20")  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "'window_s'" in proc.stderr and "stall_after_s (20 s)" in proc.stderr
@@ -228,7 +217,7 @@ def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> Non
     with pytest.raises(ConfigError, match="not UTF-8") as info:
         load_config(path)
     assert str(path) in str(info.value)
-    proc = _run("run", "--config", str(path), "--no-cdn-default")
+    proc = run_watchdog("run", "--config", str(path), "--no-cdn-default")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert str(path) in proc.stderr and "UTF-8" in proc.stderr
 
@@ -265,6 +254,6 @@ def test_a_bad_cdn_host_is_refused_even_without_a_target(host: str) -> None:
 
 
 def test_bad_vllm_url_flag_exits_2_through_the_cli() -> None:
-    proc = _run("run", "--vllm-url", "http://127.0.0.1:notport", "--no-cdn-default")
+    proc = run_watchdog("run", "--vllm-url", "http://127.0.0.1:notport", "--no-cdn-default")
     assert proc.returncode == 2, proc.stderr
     assert "'vllm_url'" in proc.stderr and "Traceback" not in proc.stderr

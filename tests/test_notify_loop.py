@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.simfixtures import sim_env
+from tests.simfixtures import sim_env, stop_process
 from watchdog.config import build_config
 from watchdog.model import Observation, Verdict
 from watchdog.sdnotify import Notifier
@@ -79,23 +79,13 @@ def start_run(tmp_path: Path, notify: NotifySocket, *args: str) -> subprocess.Po
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp_path)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def test_run_sends_ready_then_watchdog_pings(tmp_path: Path, notify: NotifySocket) -> None:
     proc = start_run(tmp_path, notify, "--gpu-source", "none", "--tick-s", "0.2")
     try:
         notify.wait_for("READY=1")
         later = notify.drain(3.0)
     finally:
-        stop(proc)
+        stop_process(proc)
     texts = [m for _, m in notify.messages]
     ready_at = next(i for i, m in enumerate(texts) if "READY=1" in m)
     assert not any("WATCHDOG=1" in m for m in texts[:ready_at]), texts[: ready_at + 1]
@@ -142,7 +132,7 @@ def test_hanging_gpu_source_is_isolated_and_pings_continue(
         notify.wait_for("READY=1", timeout=60)
         pings = [m for m in notify.drain(10.0) if "WATCHDOG=1" in m]
     finally:
-        stop(proc)
+        stop_process(proc)
         silent.close()
     stderr = (tmp_path / "wd.err").read_text(encoding="utf-8")
     assert silent.held, "the watchdog never connected to the silent exporter"

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.simfixtures import cdn_factory, sim_env, sim_factory  # noqa: F401 (fixtures)
+from tests.simfixtures import cdn_factory, sim_env, sim_factory, stop_process  # noqa: F401 (fixtures)
 from watchdog.export import MetricsSink
 from watchdog.metrics_http import MetricsServer
 from watchdog.model import Connection, GpuSample, Observation, Verdict
@@ -38,16 +38,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it does not exit within 20 s."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 class Prometheus:
@@ -101,7 +91,7 @@ class Prometheus:
         return list(body["data"]["alerts"])
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc, grace_s=20.0)
         self.log.close()
 
 
@@ -250,7 +240,7 @@ class Watchdog:
         )
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc, grace_s=20.0)
         self.log.close()
 
 

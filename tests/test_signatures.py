@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.simfixtures import run_watchdog
 from watchdog.signatures import EVIDENCE_KINDS, SignatureError, load_file, load_signatures
-
-REPO = Path(__file__).resolve().parent.parent
 
 GOOD = """
 schema = 1
@@ -178,14 +176,7 @@ def test_operator_file_with_a_new_id_adds_it(tmp_path: Path) -> None:
 
 
 def _check(path: Path, *more: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "watchdog", "signatures", "--check", str(path), *more],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_watchdog("signatures", "--check", str(path), *more)
 
 
 def test_signatures_check_cli_exit_codes(tmp_path: Path) -> None:
@@ -296,14 +287,7 @@ def test_a_signature_file_that_is_not_utf8_is_an_error_naming_it(tmp_path: Path)
             str(path),
         ],
     ):
-        done = subprocess.run(
-            [sys.executable, "-m", "watchdog", *argv],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        done = run_watchdog(*argv)
         assert done.returncode == 2, (argv, done.stderr)
         assert (
             "Traceback" not in done.stderr and str(path) in done.stderr and "UTF-8" in done.stderr
