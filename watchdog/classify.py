@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 from watchdog.config import Config
 from watchdog.evidence import EVALUATORS, SOURCE
@@ -201,6 +202,7 @@ class Context:
         restarted = self.window.progress.restarted_t
         return self.window.since(since if restarted is None else max(since, restarted))
 
+    @cached_property
     def stacks(self) -> tuple[StackSample, ...]:
         """The newest dumps, if taken since the server last made progress: a dump from before
         is a moment the server has since moved past, not evidence of this stall."""
@@ -214,7 +216,7 @@ class Context:
         return ()
 
     def capture_problems(self) -> tuple[Evidence, ...]:
-        errs = {(s.error, s.fix) for s in self.stacks() if s.error}
+        errs = {(s.error, s.fix) for s in self.stacks if s.error}
         return tuple(
             Evidence("stacks", "capture", f"{e}. Fix: {f}" if f else e)
             for e, f in sorted(errs, key=str)

@@ -53,7 +53,7 @@ def _stack(rule: Rule, ctx: Context) -> str | None:
     # prefer a frame matched by name (download_file) over one matched only by its file.
     tests = (_both,) if rule.same_frame else (_by_name, _by_file)
     for test in tests:
-        for sample in ctx.stacks():
+        for sample in ctx.stacks:
             for th in sample.threads:
                 if rule.unchanged and not th.unchanged:
                     continue
