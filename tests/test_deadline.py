@@ -124,8 +124,12 @@ def test_a_trickling_server_cannot_hold_the_loop() -> None:
     daemon = Daemon(cfg, load_signatures(), Sources(vllm=vllm))
     try:
         t0 = time.monotonic()
-        for _ in range(4):
-            daemon.tick()
+        # In a thread: without the deadline the first tick would never return, and the test
+        # must fail, not hang.
+        loop = threading.Thread(target=lambda: [daemon.tick() for _ in range(4)], daemon=True)
+        loop.start()
+        loop.join(timeout=30)
+        assert not loop.is_alive(), "a tick is stuck in the trickling scrape"
         # One scrape deadline (2 requests x 1 s + 1 s), then the stuck scrape is skipped.
         assert time.monotonic() - t0 < 3.0 + 2.0
         assert daemon.window.latest.sources["vllm"] is False
