@@ -10,11 +10,18 @@ import argparse
 import statistics
 import time
 
-from watchdog.classify import Thresholds, classify
-from watchdog.model import GpuSample, LogEvent, Observation, ProcInfo, ProcSnapshot, VllmSample
-from watchdog.signatures import load_signatures
+from watchdog.core.classify import Thresholds, classify
+from watchdog.core.model import (
+    GpuSample,
+    LogEvent,
+    Observation,
+    ProcInfo,
+    ProcSnapshot,
+    ServerSample,
+)
+from watchdog.core.signatures import load_signatures
+from watchdog.core.window import Window
 from watchdog.sources.logparse import parse_line
-from watchdog.window import Window
 
 ACCESS = '(APIServer pid=7) INFO:     127.0.0.1:50163 - "POST /v1/completions HTTP/1.1" 200 OK'
 STATS = (
@@ -41,9 +48,11 @@ def build_window(gpus: int, lines: int, seconds: int, keep_all: bool) -> Window:
     for t in range(seconds):
         logs = (stats,) + ((access,) * (lines - 1) if access is not None else ())
         gs = tuple(GpuSample(index=i, sm=0.8, dram=0.5, procs=1, cc="10.3") for i in range(gpus))
-        vllm = VllmSample(up=True, health_status=200, iterations=float(t), running=8.0, waiting=0.0)
+        vllm = ServerSample(
+            up=True, health_status=200, iterations=float(t), running=8.0, waiting=0.0
+        )
         w.append(
-            Observation(t=float(t), wall=1.7e9 + t, gpus=gs, logs=logs, vllm=vllm, procs=procs)
+            Observation(t=float(t), wall=1.7e9 + t, gpus=gs, logs=logs, server=vllm, procs=procs)
         )
     return w
 

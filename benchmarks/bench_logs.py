@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from watchdog.signatures import load_signatures
+from watchdog.core.signatures import load_signatures
 from watchdog.sources.linesplit import LineSplitter, split_records
 from watchdog.sources.logparse import clean_line, parse_line
 

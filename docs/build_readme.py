@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from watchdog.cli import FLAG_NAMES, NO_FLAG  # noqa: E402
+from watchdog.commands.cli import FLAG_NAMES, NO_FLAG  # noqa: E402
 from watchdog.config import Config  # noqa: E402
 
 

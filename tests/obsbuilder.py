@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from watchdog.classify import Thresholds, classify
-from watchdog.model import (
+from watchdog.core.classify import Thresholds, classify
+from watchdog.core.model import (
     Connection,
     Frame,
     GpuSample,
@@ -21,15 +21,15 @@ from watchdog.model import (
     Observation,
     ProcInfo,
     ProcSnapshot,
+    ServerSample,
     StackSample,
     ThreadStack,
     Verdict,
-    VllmSample,
 )
-from watchdog.signatures import SignatureSet, load_signatures
+from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.core.window import Window
 from watchdog.sources.linesplit import LineSplitter
 from watchdog.sources.logparse import parse_line
-from watchdog.window import Window
 
 DATA = Path(__file__).resolve().parent / "data"
 LOGS = DATA / "logs"
@@ -126,7 +126,7 @@ class Timeline:
     step: float = 1.0
     gpus: tuple[GpuSample, ...] = ()
     procs: ProcSnapshot | None = None
-    vllm: VllmSample | None = None
+    server: ServerSample | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     obs: list[Observation] = field(default_factory=list)
 
@@ -143,7 +143,7 @@ class Timeline:
             wall=1.7e9 + t,
             gpus=self.gpus,
             procs=self.procs,
-            vllm=self.vllm,
+            server=self.server,
             facts=dict(self.facts),
             sources={"gpu": bool(self.gpus), "logs": True},
         )

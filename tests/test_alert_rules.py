@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from watchdog.metrics_table import METRICS
+from watchdog.outputs.metrics_table import METRICS
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "prometheus" / "alerts.yml"

@@ -9,15 +9,15 @@ from pathlib import Path
 from tests import simfixtures
 from tests.obsbuilder import Timeline, gpu, window_of
 from tests.simfixtures import SimHandle
-from watchdog.classify import Thresholds, classify
 from watchdog.config import build_config
-from watchdog.model import LogEvent, VllmSample
-from watchdog.signatures import load_signatures
-from watchdog.wiring import build
+from watchdog.core.classify import Thresholds, classify
+from watchdog.core.model import LogEvent, ServerSample
+from watchdog.core.signatures import load_signatures
+from watchdog.daemon.wiring import build
 
 sim_factory = simfixtures.sim_factory
 SIGS = load_signatures()
-IDLE_API = VllmSample(up=True, health_status=200, iterations=10.0, running=0.0, waiting=0.0)
+IDLE_API = ServerSample(up=True, health_status=200, iterations=10.0, running=0.0, waiting=0.0)
 
 
 def _canary(timed_out: bool) -> LogEvent:
@@ -26,7 +26,7 @@ def _canary(timed_out: bool) -> LogEvent:
 
 
 def test_an_unanswered_canary_is_work_pending_since_it_was_sent() -> None:
-    tl = Timeline(gpus=(gpu(0.0, 0.0),), vllm=IDLE_API)
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), server=IDLE_API)
     tl.ticks(40)  # idle for a while, then the canary goes unanswered
     tl.tick(logs=(_canary(True),))
     w = window_of(tl.obs)
@@ -37,7 +37,7 @@ def test_an_unanswered_canary_is_work_pending_since_it_was_sent() -> None:
 
 
 def test_an_answered_canary_is_progress_and_clears_the_stall() -> None:
-    tl = Timeline(gpus=(gpu(0.0, 0.0),), vllm=IDLE_API)
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), server=IDLE_API)
     tl.ticks(40)
     tl.tick(logs=(_canary(True),))
     tl.tick(logs=(_canary(False),))

@@ -26,9 +26,9 @@ from tests.obsbuilder import (
     verdicts,
     window_of,
 )
-from watchdog.classify import Thresholds, classify
-from watchdog.model import Observation, StackSample, VllmSample, from_dict, to_dict
-from watchdog.signatures import SignatureSet, load_signatures
+from watchdog.core.classify import Thresholds, classify
+from watchdog.core.model import Observation, ServerSample, StackSample, from_dict, to_dict
+from watchdog.core.signatures import SignatureSet, load_signatures
 
 CUBIN_LOG = "classify/cubin_download_v067.log"
 GB300_FACTS = {"flashinfer-python": "0.6.7", "trtllm_attention": None}
@@ -152,7 +152,9 @@ def test_nccl_watchdog_lines_are_collective_hang(sigs: SignatureSet, log: str) -
 
 
 def test_health_503_is_engine_dead(sigs: SignatureSet) -> None:
-    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs(), vllm=VllmSample(up=True, health_status=503))
+    tl = Timeline(
+        gpus=(gpu(0.0, 0.0),), procs=procs(), server=ServerSample(up=True, health_status=503)
+    )
     tl.ticks(3)
     v = final(tl.obs, sigs)
     assert (v.state, v.signature) == ("dead", "engine_dead")
@@ -167,7 +169,7 @@ def test_health_503_is_engine_dead(sigs: SignatureSet) -> None:
     ],
 )
 def test_engine_dead_error_lines_are_engine_dead(sigs: SignatureSet, log: str) -> None:
-    tl = Timeline(procs=procs(), vllm=VllmSample(up=True, health_status=200))
+    tl = Timeline(procs=procs(), server=ServerSample(up=True, health_status=200))
     tl.tick(logs=events(sample_lines(log), sigs))
     v = final(tl.obs, sigs)
     assert (v.state, v.signature) == ("dead", "engine_dead")
@@ -343,8 +345,8 @@ def test_gpu_blip_shorter_than_spin_for_s_is_no_spin(
 
 def test_health_200_and_running_0_with_a_frozen_bar_is_still_pending(sigs: SignatureSet) -> None:
     # vllm #46811: /health 200 and num_requests_running 0 during a real wedge.
-    quiet = VllmSample(up=True, health_status=200, iterations=40.0, running=0.0, waiting=0.0)
-    tl = Timeline(gpus=(spin(),), procs=procs(), vllm=quiet)
+    quiet = ServerSample(up=True, health_status=200, iterations=40.0, running=0.0, waiting=0.0)
+    tl = Timeline(gpus=(spin(),), procs=procs(), server=quiet)
     frozen_bar(tl, 40)
     v = final(tl.obs, sigs)
     assert v.seconds_since_progress is not None and v.seconds_since_progress >= 15

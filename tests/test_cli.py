@@ -133,7 +133,7 @@ def test_an_incident_dir_that_is_a_file_is_a_config_error_at_start(tmp_path: Pat
 
 def test_a_missing_incident_dir_is_created_at_start(tmp_path: Path) -> None:
     from watchdog.config import build_config
-    from watchdog.wiring import build
+    from watchdog.daemon.wiring import build
 
     bundles = tmp_path / "a" / "incidents"
     values = {"vllm_url": "http://127.0.0.1:9", "gpu_source": "none", "metrics_addr": "off"}

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.simfixtures import run_watchdog
-from watchdog.classify import Thresholds
-from watchdog.cli import build_parser, config_from_args
+from watchdog.commands.cli import build_parser, config_from_args
 from watchdog.config import KEYS, Config, ConfigError, build_config, load_config
+from watchdog.core.classify import Thresholds
 
 REPO = Path(__file__).resolve().parent.parent
 

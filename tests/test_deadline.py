@@ -7,9 +7,9 @@ import threading
 import time
 
 from watchdog.config import Config
-from watchdog.daemon import Daemon, Sources
-from watchdog.model import ProcSnapshot
-from watchdog.signatures import load_signatures
+from watchdog.core.model import ProcSnapshot
+from watchdog.core.signatures import load_signatures
+from watchdog.daemon.loop import Daemon, Sources
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.deadline import DeadlineCall
 
@@ -116,12 +116,12 @@ class _Trickle:
 
 
 def test_a_trickling_server_cannot_hold_the_loop() -> None:
-    from watchdog.sources.vllm import VllmSource
+    from watchdog.sources.server import ServerSource
 
     trickle = _Trickle()
-    vllm = VllmSource(f"http://127.0.0.1:{trickle.port}", timeout_s=1.0)
+    vllm = ServerSource(f"http://127.0.0.1:{trickle.port}", timeout_s=1.0)
     cfg = Config(tick_s=0.2, metrics_addr="off", stacks=False, cdn_default=False)
-    daemon = Daemon(cfg, load_signatures(), Sources(vllm=vllm))
+    daemon = Daemon(cfg, load_signatures(), Sources(server=vllm))
     try:
         t0 = time.monotonic()
         # In a thread: without the deadline the first tick would never return, and the test

@@ -120,6 +120,8 @@ def test_cubin_stall_serve_reported_on_defaults(
             time.sleep(0.1)
         out, _ = proc.communicate(timeout=30)
     stderr = err_path.read_text(encoding="utf-8")
+    if hung is None and '"new": "hung"' in stderr:
+        hung = time.monotonic()  # --until-hang exited between two polls: an upper bound
     assert proc.returncode == 1, (
         f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{stderr[-3000:]}"
     )

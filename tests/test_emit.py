@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import json
 
-from watchdog.emit import Emitter
-from watchdog.model import Evidence, Verdict
+from watchdog.core.model import Evidence, Verdict
+from watchdog.outputs.emit import Emitter
 
 HUNG = Verdict(
     state="hung",

@@ -10,10 +10,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog.export import MetricsSink
-from watchdog.metrics_http import MetricsServer, parse_addr
-from watchdog.metrics_table import METRICS, STACK_RESULTS
-from watchdog.model import STATES, Connection, GpuSample, Observation, Verdict
+from watchdog.core.model import STATES, Connection, GpuSample, Observation, Verdict
+from watchdog.outputs.export import MetricsSink
+from watchdog.outputs.metrics_http import MetricsServer, parse_addr
+from watchdog.outputs.metrics_table import METRICS, STACK_RESULTS
 
 SIGNATURES = (
     "cubin_download_stall",
@@ -318,7 +318,7 @@ def test_healthz_goes_503_when_the_real_loop_is_stuck(tmp_path) -> None:
     """build() wires metrics_stale_s through; a hook stuck in the loop turns /healthz 503."""
 
     from watchdog.config import Config
-    from watchdog.wiring import build
+    from watchdog.daemon.wiring import build
 
     log = tmp_path / "server.log"
     log.write_text("")

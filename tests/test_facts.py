@@ -144,7 +144,7 @@ def test_real_version_lookup_in_the_target_environment(spawn: Spawn, tmp_path: P
         "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.7\n"
     )
     p = spawn([sys.executable, "-c", SLEEPER], {"PYTHONPATH": str(tmp_path)})
-    src = FactsSource()  # default lookup: watchdog.pyenv, run with the target's environment
+    src = FactsSource()  # default lookup: watchdog.sources.pyenv, run with the target's environment
     facts = _wait(lambda: (f := src.poll(p.pid))["flashinfer-python"] and f)
     assert facts["flashinfer-python"] == "0.6.7" and facts["flashinfer-cubin"] is None
 

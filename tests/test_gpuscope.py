@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from watchdog.config import Config
-from watchdog.gpuscope import in_container, server_gpus
-from watchdog.model import GpuSample
-from watchdog.wiring import build
+from watchdog.core.gpuscope import in_container, server_gpus
+from watchdog.core.model import GpuSample
+from watchdog.daemon.wiring import build
 
 A, B, C = ("GPU-aaaaaaaa-0000-4000-8000-000000000000", "GPU-bbbbbbbb-0000-4000-8000-000000000000",
            "GPU-cccccccc-0000-4000-8000-000000000000")  # fmt: skip
@@ -107,8 +107,8 @@ def test_another_servers_busy_gpu_does_not_count(tmp_path: Path, server) -> None
 
 def test_the_choice_holds_while_its_evidence_is_unavailable() -> None:
     """A driver hang that blocks the process source must not widen the judgement to all GPUs."""
-    from watchdog.daemon import Daemon, Sources
-    from watchdog.signatures import load_signatures
+    from watchdog.core.signatures import load_signatures
+    from watchdog.daemon.loop import Daemon, Sources
 
     daemon = Daemon(Config(metrics_addr="off", cdn_default=False), load_signatures(), Sources())
     daemon.host_pids = True

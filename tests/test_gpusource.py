@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 from watchdog.sources.dcgm import DcgmSource
 from watchdog.sources.fakegpu import FakeGpuBackend
 from watchdog.sources.gpu import FabricInfo, GpuError

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from stackprocs.spawn import start_target, stop
 
-from watchdog.actions.incident import Incident, IncidentWriter, build_environment, load_incident
-from watchdog.model import (
+from watchdog.core.model import (
     Evidence,
     GpuSample,
     LogEvent,
@@ -22,8 +21,9 @@ from watchdog.model import (
     ProcSnapshot,
     Verdict,
 )
-from watchdog.stacks import CaptureResult, StackCapturer, resolve_pyspy
-from watchdog.timeline import read_timeline
+from watchdog.core.timeline import read_timeline
+from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident
+from watchdog.sources.stacks import CaptureResult, StackCapturer, resolve_pyspy
 
 HF = "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm123456"
 API = "sk-" + "LiveKey0123456789abcdefXYZ"

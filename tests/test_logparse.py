@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.model import LogEvent
+from watchdog.core.model import LogEvent
 from watchdog.sources.logparse import clean_line, parse_elapsed, parse_line
 
 DATA = Path(__file__).parent / "data" / "logs"

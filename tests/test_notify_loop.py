@@ -21,9 +21,9 @@ import pytest
 
 from tests.simfixtures import sim_env, stop_process
 from watchdog.config import build_config
-from watchdog.model import Observation, Verdict
-from watchdog.sdnotify import Notifier
-from watchdog.wiring import build
+from watchdog.core.model import Observation, Verdict
+from watchdog.daemon.wiring import build
+from watchdog.outputs.sdnotify import Notifier
 
 
 class NotifySocket:

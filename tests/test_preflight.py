@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
+from watchdog.core.signatures import load_signatures
 from watchdog.preflight import checks_cubins, checks_fabric, checks_toolchain, checks_watchdog
 from watchdog.preflight.checks_gpu import check_gpus, collect_gpus
 from watchdog.preflight.checks_versions import check_known_bad
 from watchdog.preflight.report import exit_code
-from watchdog.signatures import load_signatures
 from watchdog.sources.facts import trtllm_attention as trtllm_setting
 from watchdog.sources.fakegpu import FakeGpuBackend
 from watchdog.sources.gpu import FabricInfo, GpuError

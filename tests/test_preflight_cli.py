@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 from watchdog.preflight import add_arguments, options_from_args, run
 from watchdog.preflight.checks_cubins import DEFAULT_CUBINS_REPOSITORY, probe_cdn
 from watchdog.preflight.report import SCHEMA, STATUSES

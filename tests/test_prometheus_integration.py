@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from tests.simfixtures import cdn_factory, sim_env, sim_factory, stop_process  # noqa: F401 (fixtures)
-from watchdog.export import MetricsSink
-from watchdog.metrics_http import MetricsServer
-from watchdog.model import Connection, GpuSample, Observation, Verdict
+from watchdog.core.model import Connection, GpuSample, Observation, Verdict
+from watchdog.outputs.export import MetricsSink
+from watchdog.outputs.metrics_http import MetricsServer
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "prometheus" / "alerts.yml"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.pyenv import PACKAGES, PyEnvError, package_versions, versions_under_root
+from watchdog.sources.pyenv import PACKAGES, PyEnvError, package_versions, versions_under_root
 
 
 def write_dist(site: Path, name: str, version: str) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.redact import (
+from watchdog.core.redact import (
     REDACTED,
     RELEVANT_ENV_PREFIXES,
     SECRET_NAME_PARTS,

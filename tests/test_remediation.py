@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from watchdog.config import build_config
-from watchdog.emit import Emitter
-from watchdog.export import MetricsSink
-from watchdog.model import Observation, ProcSnapshot, Verdict
+from watchdog.core.model import Observation, ProcSnapshot, Verdict
+from watchdog.core.signatures import load_signatures
+from watchdog.outputs.emit import Emitter
+from watchdog.outputs.export import MetricsSink
 from watchdog.remediation import cli as fallback_cli
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.limits import Gate, gate
@@ -29,7 +30,6 @@ from watchdog.remediation.restarters import (
     write_env_file,
 )
 from watchdog.remediation.state import RemediationState, StateError, StateStore
-from watchdog.signatures import load_signatures
 
 SIGS = load_signatures()
 

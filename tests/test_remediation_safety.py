@@ -24,8 +24,8 @@ from tests.test_remediation import (
     wait_for,
 )
 from watchdog.config import ConfigError, build_config
-from watchdog.emit import Emitter
-from watchdog.export import MetricsSink
+from watchdog.outputs.emit import Emitter
+from watchdog.outputs.export import MetricsSink
 from watchdog.remediation.factory import make_remediation_hook
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.plan import make_plan
@@ -109,7 +109,7 @@ class ListHandler(logging.Handler):
 
 
 def build_for(tmp_path: Path, **values: Any) -> Any:
-    from watchdog.wiring import build
+    from watchdog.daemon.wiring import build
 
     base = {"pid": os.getpid(), "gpu_source": "none", "metrics_addr": "off", "stacks": False,
             "cdn_default": False, "state_dir": str(tmp_path / "st"), "restarter": "command",
@@ -182,8 +182,8 @@ def test_a_restarter_bug_ends_as_failed(tmp_path: Path) -> None:
 )
 def test_fallback_overrides_are_checked_at_start(tmp_path: Path, overrides, needle) -> None:
     from watchdog.config import Config, ConfigError
+    from watchdog.core.signatures import load_signatures
     from watchdog.remediation.factory import check_overrides
-    from watchdog.signatures import load_signatures
 
     with pytest.raises(ConfigError, match=needle):
         check_overrides(overrides, load_signatures())

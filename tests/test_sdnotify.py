@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.sdnotify import Notifier, child_environ
+from watchdog.outputs.sdnotify import Notifier, child_environ
 
 RECV_TIMEOUT_S = 20.0
 
@@ -130,7 +130,7 @@ def test_real_process_started_with_notify_env(listener: tuple[socket.socket, str
     """A separate process reads its own environment, as it would under systemd."""
     sock, path = listener
     code = (
-        "from watchdog.sdnotify import Notifier\n"
+        "from watchdog.outputs.sdnotify import Notifier\n"
         "n = Notifier.from_env()\n"
         "n.ready('pid-check')\n"
         "n.status(str(n.watchdog_interval_s()))\n"

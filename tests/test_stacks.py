@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from stackprocs.spawn import start_target, stop
 
-from watchdog.model import Frame, ProcInfo, ThreadStack
-from watchdog.stackparse import DumpParseError, mark_unchanged, parse_dump_json
-from watchdog.stacks import CaptureResult, StackCapturer, preflight_pyspy, resolve_pyspy
+from watchdog.core.model import Frame, ProcInfo, ThreadStack
+from watchdog.sources.stackparse import DumpParseError, mark_unchanged, parse_dump_json
+from watchdog.sources.stacks import CaptureResult, StackCapturer, preflight_pyspy, resolve_pyspy
 
 REAL_PYSPY = resolve_pyspy(None)
 needs_pyspy = pytest.mark.skipif(REAL_PYSPY is None, reason="py-spy is a test dependency")
@@ -298,10 +298,10 @@ class _Daemon:
 
 
 def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) -> None:
-    from watchdog.classify import Context, Thresholds
-    from watchdog.episodes import EpisodeHook
-    from watchdog.model import Observation, ProcSnapshot, Verdict
-    from watchdog.window import Window
+    from watchdog.core.classify import Context, Thresholds
+    from watchdog.core.model import Observation, ProcSnapshot, Verdict
+    from watchdog.core.window import Window
+    from watchdog.daemon.episodes import EpisodeHook
 
     hook = EpisodeHook(capturer=StackCapturer(pyspy="/nonexistent/py-spy"))
     me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
@@ -329,7 +329,7 @@ def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) 
 def test_real_py_spy_stacks_name_the_signature(target: str, signature: str) -> None:
     """What py-spy prints for a stuck process, fed to the classifier as the daemon does."""
     from tests.obsbuilder import Timeline, final, frozen_bar, gpu, procs
-    from watchdog.signatures import load_signatures
+    from watchdog.core.signatures import load_signatures
 
     proc = start_target(target)
     try:
@@ -362,8 +362,8 @@ class _DaemonWithWindow(_Daemon):
 def test_dumps_begun_before_the_server_moved_on_are_discarded(download_target) -> None:
     """A capture that started during a stall which then cleared shows a moment the server has
     left: it must not be attached as evidence, and a later stall takes new dumps."""
-    from watchdog.episodes import EpisodeHook
-    from watchdog.model import Observation, ProcSnapshot, Verdict
+    from watchdog.core.model import Observation, ProcSnapshot, Verdict
+    from watchdog.daemon.episodes import EpisodeHook
 
     hook = EpisodeHook(capturer=StackCapturer(deadline_s=30.0, second_after_s=0.5))
     me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")

@@ -16,9 +16,9 @@ import psutil
 import pytest
 
 from tests.test_remediation import SIGS, hang, wait_for
+from watchdog.daemon.supervise import Supervisor
 from watchdog.remediation.plan import make_plan
 from watchdog.remediation.restarters import SuperviseRestarter
-from watchdog.supervise import Supervisor
 
 # The server: starts a worker, then sleeps (default SIGTERM: it exits) or exits at once.
 LEADER = """

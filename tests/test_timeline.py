@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.model import (
+from watchdog.core.model import (
     Connection,
     Frame,
     GpuSample,
@@ -14,11 +14,11 @@ from watchdog.model import (
     Observation,
     ProcInfo,
     ProcSnapshot,
+    ServerSample,
     StackSample,
     ThreadStack,
-    VllmSample,
 )
-from watchdog.timeline import read_timeline, write_timeline
+from watchdog.core.timeline import read_timeline, write_timeline
 
 
 def _obs(i: int, line: str = "Engine 000: Avg prompt throughput: 0.0 tokens/s") -> Observation:
@@ -27,7 +27,7 @@ def _obs(i: int, line: str = "Engine 000: Avg prompt throughput: 0.0 tokens/s") 
         wall=1_700_000_000.0 + i,
         gpus=(GpuSample(index=0, name="NVIDIA GB300", cc="10.3", sm=0.99, dram=0.0, pids=(7,)),),
         logs=(LogEvent(kind="stats", line=line, source="stderr", fields={"running": 3}),),
-        vllm=VllmSample(up=True, health_status=200, iterations=float(i), running=3.0),
+        server=ServerSample(up=True, health_status=200, iterations=float(i), running=3.0),
         procs=ProcSnapshot(
             target_pid=7, alive=True, procs=(ProcInfo(7, 1, "python", "VLLM::EngineCore"),)
         ),

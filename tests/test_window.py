@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from tests.obsbuilder import Timeline, events, procs, sample_lines, window_of
-from watchdog.model import VllmSample
-from watchdog.window import Window
+from watchdog.core.model import ServerSample
+from watchdog.core.window import Window
 
 
-def _metrics(iterations: float, running: float = 1.0) -> VllmSample:
-    return VllmSample(
+def _metrics(iterations: float, running: float = 1.0) -> ServerSample:
+    return ServerSample(
         up=True, health_status=200, iterations=iterations, running=running, waiting=0.0
     )
 
@@ -29,11 +29,11 @@ def test_restart_rebaselines_progress() -> None:
 
 
 def test_new_target_pid_without_flag_also_rebaselines() -> None:
-    tl = Timeline(procs=procs(100), vllm=_metrics(50.0))
+    tl = Timeline(procs=procs(100), server=_metrics(50.0))
     tl.ticks(3)
     w = window_of(tl.obs)
     assert w.progress.counters["iterations"] == 50.0
-    w.append(tl.tick(procs=procs(300), vllm=None))
+    w.append(tl.tick(procs=procs(300), server=None))
     assert w.progress.counters == {}
     assert w.progress.last_progress_what == "server restarted"
 
@@ -50,29 +50,29 @@ def test_restart_tick_keeps_the_new_pid_and_its_facts() -> None:
 def test_counters_that_drop_after_a_restart_are_a_new_baseline() -> None:
     tl = Timeline(procs=procs(100))
     for i in range(5):
-        tl.tick(vllm=_metrics(500.0 + i))
+        tl.tick(server=_metrics(500.0 + i))
     w = window_of(tl.obs)
     before = w.progress.last_progress_t
     assert before == tl.obs[-1].t
-    w.append(tl.tick(procs=procs(200, restarted=True), vllm=_metrics(3.0)))
+    w.append(tl.tick(procs=procs(200, restarted=True), server=_metrics(3.0)))
     assert w.progress.counters["iterations"] == 3.0
-    w.append(tl.tick(procs=procs(200), vllm=_metrics(3.0)))
+    w.append(tl.tick(procs=procs(200), server=_metrics(3.0)))
     stuck_t = w.progress.last_progress_t
-    w.append(tl.tick(procs=procs(200), vllm=_metrics(4.0)))
+    w.append(tl.tick(procs=procs(200), server=_metrics(4.0)))
     assert w.progress.last_progress_t == tl.obs[-1].t > stuck_t
     assert w.progress.last_progress_what == "vllm iterations advanced"
 
 
 def test_counter_drop_without_restart_does_not_count_as_progress() -> None:
     tl = Timeline(procs=procs(100))
-    tl.tick(vllm=_metrics(500.0))
-    tl.tick(vllm=_metrics(500.0))
+    tl.tick(server=_metrics(500.0))
+    tl.tick(server=_metrics(500.0))
     w = window_of(tl.obs)
     last = w.progress.last_progress_t
-    w.append(tl.tick(vllm=_metrics(10.0)))
+    w.append(tl.tick(server=_metrics(10.0)))
     assert w.progress.last_progress_t == last
     assert w.progress.counters["iterations"] == 10.0
-    w.append(tl.tick(vllm=_metrics(11.0)))
+    w.append(tl.tick(server=_metrics(11.0)))
     assert w.progress.last_progress_t == tl.obs[-1].t
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from watchdog.cli import main
+from watchdog.commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

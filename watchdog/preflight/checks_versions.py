@@ -1,6 +1,6 @@
 """Versions in the server's Python environment, and the known-bad combinations they form.
 
-Known-bad combinations are data (`[[known_bad]]` in watchdog/signatures.toml), shared with the
+Known-bad combinations are data (`[[known_bad]]` in watchdog/core/signatures.toml), shared with the
 runtime classifier, so adding knowledge happens in one place.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from watchdog.core.sigmodel import KnownBad
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
-from watchdog.sigmodel import KnownBad
 
-# The fields of `watchdog.signatures.KnownBad` that pre-flight reads: the type itself.
+# The fields of `watchdog.core.signatures.KnownBad` that pre-flight reads: the type itself.
 KnownBadLike = KnownBad
 
 

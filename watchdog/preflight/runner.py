@@ -21,9 +21,9 @@ from watchdog.preflight import (
 from watchdog.preflight.checks_gpu import GpuInventory, check_gpus, collect_gpus
 from watchdog.preflight.checks_versions import KnownBadLike
 from watchdog.preflight.report import CheckResult, failed
-from watchdog.pyenv import PyEnvError, package_versions
 from watchdog.sources.facts import trtllm_attention
 from watchdog.sources.gpu import GpuBackend
+from watchdog.sources.pyenv import PyEnvError, package_versions
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def resolve_python(opts: PreflightOptions) -> str | None:
 
 def load_known_bad() -> tuple[Sequence[KnownBadLike], str | None]:
     """The shipped `[[known_bad]]` entries (same file the runtime classifier reads)."""
-    from watchdog.signatures import SignatureError, load_signatures
+    from watchdog.core.signatures import SignatureError, load_signatures
 
     try:
         return load_signatures().known_bad, None

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from watchdog.model import LogEvent, Observation, Verdict
+from watchdog.core.model import LogEvent, Observation, Verdict
 
 log = logging.getLogger("hang_watchdog.remediation")
 

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.config import Config, ConfigError
+from watchdog.core.signatures import SignatureSet
 from watchdog.remediation.canary import CanaryHook
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.limits import CLEAR_HINT
 from watchdog.remediation.restarters import SuperviseRestarter, make_restarter
 from watchdog.remediation.state import StateError, StateStore
-from watchdog.signatures import SignatureSet
 
 log = logging.getLogger("hang_watchdog.remediation")
 

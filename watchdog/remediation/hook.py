@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.config import Config
-from watchdog.model import Observation, Verdict
+from watchdog.core.model import Observation, Verdict
+from watchdog.core.signatures import SignatureSet
 from watchdog.remediation.canary import CanaryHook
 from watchdog.remediation.limits import Gate, gate
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
 from watchdog.remediation.state import StateError, StateStore
 from watchdog.remediation.verify import Outcome, SmokeTest, Verifier
-from watchdog.signatures import SignatureSet
 
 log = logging.getLogger("hang_watchdog.remediation")
 

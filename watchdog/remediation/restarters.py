@@ -19,10 +19,10 @@ from typing import Any, Protocol
 import psutil
 
 from watchdog.config import Config, ConfigError
+from watchdog.daemon.supervise import StopError
+from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import Plan
 from watchdog.remediation.state import atomic_write
-from watchdog.sdnotify import child_environ
-from watchdog.supervise import StopError
 
 log = logging.getLogger("hang_watchdog.remediation")
 

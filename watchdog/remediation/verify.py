@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from watchdog.model import Observation, Verdict
+from watchdog.core.model import Observation, Verdict
 
 SMOKE_PROMPT = "Reply with one word: ok"
 UP_STATES = frozenset({"starting", "loading", "compiling", "idle", "serving"})

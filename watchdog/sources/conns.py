@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from watchdog.model import Connection
+from watchdog.core.model import Connection
 from watchdog.sources.base import SourceHealth
 
 DEFAULT_CDN = ("edge.urm.nvidia.com", 443)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 from watchdog.sources.base import SourceHealth
 
 # Profiling (DCP) fields are ratios 0-1; DEV utilisation fields are percent 0-100 (domain.md s.4).

@@ -51,7 +51,7 @@ def default_versions(
     Running `python` resolves the path in the watchdog's own mount namespace, so in a sidecar it
     would report the sidecar's packages (or fail): it is only tried in the same namespace.
     """
-    from watchdog import pyenv
+    from watchdog.sources import pyenv
 
     base = Path(proc_root) / str(pid)
     cmdline = read_cmdline(pid, proc_root)

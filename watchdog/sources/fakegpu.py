@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 from watchdog.sources.gpu import FabricInfo, GpuError
 
 Script = Sequence[GpuSample] | Callable[[int], GpuSample]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.dcgm import DcgmSource
 from watchdog.sources.deadline import Worker

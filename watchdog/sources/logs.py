@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import BinaryIO, Protocol
 
-from watchdog.model import LogEvent
+from watchdog.core.model import LogEvent
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.linesplit import LineSplitter, split_records
 from watchdog.sources.logparse import clean_line, parse_line

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 from watchdog.sources.gpu import FabricInfo, GpuError
 
 log = logging.getLogger("hang_watchdog.sources.nvml")

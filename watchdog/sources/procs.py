@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from watchdog.model import ProcInfo, ProcSnapshot
+from watchdog.core.model import ProcInfo, ProcSnapshot
 from watchdog.sources.base import SourceHealth
 
 # A live child with one of these names means a JIT build is running (not a hang).

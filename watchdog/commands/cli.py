@@ -21,9 +21,9 @@ from typing import Any
 
 from watchdog import __version__
 from watchdog.config import KEYS, Config, ConfigError, load_config
-from watchdog.emit import format_verdict
-from watchdog.model import to_dict
-from watchdog.signatures import SignatureError, load_signatures
+from watchdog.core.model import to_dict
+from watchdog.core.signatures import SignatureError, load_signatures
+from watchdog.outputs.emit import format_verdict
 
 # Config keys whose flag name differs from the key, and keys with no flag of their own.
 FLAG_NAMES = {"log_files": "--log-file", "cdn_hosts": "--cdn-host", "signatures": "--signatures"}
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     _feature(
         sub,
         "replay",
-        "watchdog.replay",
+        "watchdog.commands.replay",
         "re-classify an incident bundle, a timeline, or a plain server log",
     )
     _feature(
@@ -134,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         "check a host before the server starts; exit 1 on failure",
     )
     _feature(
-        sub, "demo", "watchdog.demo", "simulate a hanging vLLM and watch the watchdog catch it"
+        sub,
+        "demo",
+        "watchdog.commands.demo",
+        "simulate a hanging vLLM and watch the watchdog catch it",
     )
     _feature(
         sub,
@@ -224,8 +227,8 @@ class _JsonFormatter(logging.Formatter):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from watchdog.supervise import StopError
-    from watchdog.wiring import build
+    from watchdog.daemon.supervise import StopError
+    from watchdog.daemon.wiring import build
 
     cfg = config_from_args(args)
     _setup_logging(cfg.log_format)  # the file's log_format counts too, not only the flag
@@ -287,7 +290,7 @@ def _check_pid(pid: int | None, instead: str, prog: str) -> None:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from watchdog.wiring import build
+    from watchdog.daemon.wiring import build
 
     if args.metrics_addr is None:
         args.metrics_addr = "off"

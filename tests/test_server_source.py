@@ -1,4 +1,4 @@
-"""VllmSource against vLLM-shaped /metrics text served by a real HTTP server on 127.0.0.1."""
+"""ServerSource against vLLM-shaped /metrics text served by a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from watchdog.sources.vllm import VllmSource, parse_vllm_metrics
+from watchdog.sources.server import ServerSource, parse_server_metrics
 
 DATA = Path(__file__).parent / "data"
 
@@ -77,7 +77,7 @@ def silent_port() -> Iterator[int]:
     ],
 )
 def test_parse_sums_over_engines(name: str, expected: tuple[float, ...]) -> None:
-    s = parse_vllm_metrics(_text(name))
+    s = parse_server_metrics(_text(name))
     assert s.up
     assert (s.iterations, s.prompt_tokens, s.generation_tokens, s.running, s.waiting) == expected
 
@@ -87,28 +87,28 @@ def test_parse_step_counter_is_the_histogram_count_not_sum_or_bucket() -> None:
     count_line = next(
         ln for ln in text.splitlines() if ln.startswith("vllm:iteration_tokens_total_count")
     )
-    assert parse_vllm_metrics(text).iterations == float(count_line.rsplit(" ", 1)[1])
+    assert parse_server_metrics(text).iterations == float(count_line.rsplit(" ", 1)[1])
 
 
 def test_parse_missing_metrics_are_none() -> None:
-    s = parse_vllm_metrics("# TYPE other gauge\nother 1.0\n")
+    s = parse_server_metrics("# TYPE other gauge\nother 1.0\n")
     assert s.up and s.iterations is None and s.running is None
 
 
 def test_parse_garbage_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not Prometheus text"):
-        parse_vllm_metrics("vllm:num_requests_running{engine=0 model} oops\n")
+        parse_server_metrics("vllm:num_requests_running{engine=0 model} oops\n")
 
 
 def test_bad_url_is_rejected() -> None:
     with pytest.raises(ValueError, match="not an http"):
-        VllmSource("127.0.0.1:8000")
+        ServerSource("127.0.0.1:8000")
 
 
 def test_poll_reads_metrics_and_health(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, _text("vllm_metrics_dp2.txt"))
     server.routes["/health"] = (200, "")
-    src = VllmSource(server.url + "/")
+    src = ServerSource(server.url + "/")
     try:
         s = src.poll()
     finally:
@@ -121,13 +121,13 @@ def test_engine_dead_health_503_is_recorded(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, _text("vllm_metrics_serving.txt"))
     server.routes["/health"] = (503, "")
     with httpx.Client() as client:
-        s = VllmSource(server.url, client=client).poll()
+        s = ServerSource(server.url, client=client).poll()
     assert s.up and s.health_status == 503
 
 
 def test_metrics_404_marks_down_but_keeps_health(server: FakeVllm) -> None:
     server.routes["/health"] = (200, "")
-    src = VllmSource(server.url)
+    src = ServerSource(server.url)
     s = src.poll()
     src.close()
     assert not s.up and "HTTP 404" in (s.error or "") and s.health_status == 200
@@ -136,14 +136,14 @@ def test_metrics_404_marks_down_but_keeps_health(server: FakeVllm) -> None:
 
 def test_garbage_body_marks_down(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, "<html>{{ not metrics\n")
-    src = VllmSource(server.url)
+    src = ServerSource(server.url)
     s = src.poll()
     src.close()
     assert not s.up and "Prometheus" in (s.error or "")
 
 
 def test_recovers_after_failure(server: FakeVllm) -> None:
-    src = VllmSource(server.url)
+    src = ServerSource(server.url)
     assert not src.poll().up
     server.routes["/metrics"] = (200, _text("vllm_metrics_fresh.txt"))
     assert src.poll().up and src.health.up
@@ -154,7 +154,7 @@ def test_connection_refused_gives_no_health_status() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    src = VllmSource(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    src = ServerSource(f"http://127.0.0.1:{port}", timeout_s=1.0)
     sample = src.poll()
     src.close()
     assert not sample.up and sample.health_status is None and sample.error
@@ -162,7 +162,7 @@ def test_connection_refused_gives_no_health_status() -> None:
 
 
 def test_server_that_never_answers_fails_within_timeout(silent_port: int) -> None:
-    src = VllmSource(f"http://127.0.0.1:{silent_port}", timeout_s=0.3)
+    src = ServerSource(f"http://127.0.0.1:{silent_port}", timeout_s=0.3)
     start = time.monotonic()
     sample = src.poll()
     elapsed = time.monotonic() - start

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from watchdog.model import Frame, ThreadStack
+from watchdog.core.model import Frame, ThreadStack
 
 CAP_SYS_PTRACE = 19  # bit in /proc/PID/status CapEff (linux/capability.h)
 

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from watchdog.tomlcheck import (
+from watchdog.core.tomlcheck import (
     SignatureError,
     array,
     check_keys,
@@ -30,7 +30,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from watchdog.sigmodel import (  # noqa: F401 - re-exported: the public names live here
+from watchdog.core.sigmodel import (  # noqa: F401 - re-exported: the public names live here
     EVIDENCE_KINDS,
     SEVERITIES,
     VERDICT_STATES,
@@ -46,7 +46,7 @@ from watchdog.sigmodel import (  # noqa: F401 - re-exported: the public names li
 
 def load_signatures(extra: Sequence[Path | str] = ()) -> SignatureSet:
     """The shipped knowledge base, then each operator file in order (same id replaces)."""
-    text = resources.files("watchdog").joinpath("signatures.toml").read_text(encoding="utf-8")
+    text = resources.files("watchdog.core").joinpath("signatures.toml").read_text(encoding="utf-8")
     merged = _parse(text, "signatures.toml (built-in)")
     for path in extra:
         merged = _merge(merged, load_file(Path(path)))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.config import build_config
-from watchdog.emit import Emitter, format_verdict
+from watchdog.outputs.emit import Emitter, format_verdict
 
 # scenario -> (simulator mode, extra simulator args, expected signature or None for "no hang")
 SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
@@ -113,7 +113,7 @@ def _start_sim(work: Path, scenario: str, mode: str, extra: list[str], cdn_port:
 def _watch(
     sim: _Sim, work: Path, cdn_port: int, expected: str | None, args: argparse.Namespace
 ) -> tuple[Any, Any]:
-    from watchdog.wiring import build
+    from watchdog.daemon.wiring import build
 
     values: dict[str, Any] = {
         "pid": sim.proc.pid,

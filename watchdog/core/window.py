@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.model import LogEvent, Observation
+from watchdog.core.model import LogEvent, Observation
 
 # Milestones after which the server is ready to serve (log kinds from watchdog/sources/logparse.py).
 READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
@@ -76,7 +76,7 @@ class Window:
         p.facts.update({k: v for k, v in obs.facts.items() if v is not None})
         for ev in obs.logs:
             self._log_event(ev, obs.t)
-        if obs.vllm is not None and obs.vllm.up:
+        if obs.server is not None and obs.server.up:
             self._metrics(obs)
         if obs.procs is not None and p.phase == "loading":
             self._read_bytes(obs)
@@ -138,7 +138,7 @@ class Window:
             self._advance(t, "FlashInfer fetched a file")
 
     def _metrics(self, obs: Observation) -> None:
-        p, v = self.progress, obs.vllm
+        p, v = self.progress, obs.server
         assert v is not None
         for name in ("iterations", "prompt_tokens", "generation_tokens"):
             value = getattr(v, name)

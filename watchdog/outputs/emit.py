@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from watchdog.model import Verdict, to_dict
+from watchdog.core.model import Verdict, to_dict
 
 
 class Emitter:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from watchdog.model import LogEvent
-from watchdog.signatures import Signature, SignatureSet
+from watchdog.core.model import LogEvent
+from watchdog.core.signatures import Signature, SignatureSet
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 # States are part of the public contract (ARCHITECTURE.md "States and causes").
 STATES: tuple[str, ...] = (
@@ -64,7 +64,7 @@ class LogEvent:
 
 
 @dataclass(frozen=True)
-class VllmSample:
+class ServerSample:
     """One scrape of the server's /metrics and /health."""
 
     up: bool  # /metrics answered and parsed
@@ -88,6 +88,8 @@ class ProcInfo:
     cpu_s: float | None = None
     read_bytes: int | None = None
     status: str = ""
+    role: str = ""  # what the engine profile calls this process, e.g. "scheduler", "worker"
+    rank: int | None = None  # its rank, read from the title by the engine profile
 
 
 @dataclass(frozen=True)
@@ -147,11 +149,15 @@ class StackSample:
 class Observation:
     """Everything the sources saw in one tick. A source that is down contributes nothing."""
 
+    # Keys written by older releases, read under their new names (timelines and bundles
+    # recorded before the server sample stopped being called `vllm` still replay).
+    RENAMED: ClassVar[dict[str, str]] = {"vllm": "server"}
+
     t: float
     wall: float
     gpus: tuple[GpuSample, ...] = ()
     logs: tuple[LogEvent, ...] = ()
-    vllm: VllmSample | None = None
+    server: ServerSample | None = None
     procs: ProcSnapshot | None = None
     conns: tuple[Connection, ...] = ()
     stacks: tuple[StackSample, ...] = ()
@@ -226,6 +232,12 @@ def _decode(tp: Any, data: Any) -> Any:
     if origin is dict:
         return dict(data)
     if dataclasses.is_dataclass(tp):
+        renamed = getattr(tp, "RENAMED", {})
+        if renamed and isinstance(data, dict):
+            data = {
+                renamed.get(k, k) if renamed.get(k, k) not in data else k: v
+                for k, v in data.items()
+            }
         hints = typing.get_type_hints(tp)
         kwargs = {
             f.name: _decode(hints[f.name], data[f.name])

@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from watchdog.model import VllmSample
+from watchdog.core.model import ServerSample
 from watchdog.sources.base import SourceHealth
 
-# Sample names (not family names) -> VllmSample field. Matching on sample names sidesteps the
+# Sample names (not family names) -> ServerSample field. Matching on sample names sidesteps the
 # parser's naming: it strips `_total` from the counter families (`vllm:prompt_tokens`) but keeps
 # it on the histogram `vllm:iteration_tokens_total`, whose step count is `..._total_count`.
 # Names from vllm/v1/metrics/loggers.py (PrometheusStatLogger; see tests/data/README-vllm.md).
@@ -24,7 +24,7 @@ _SAMPLES: dict[str, str] = {
 }
 
 
-def parse_vllm_metrics(text: str) -> VllmSample:
+def parse_server_metrics(text: str) -> ServerSample:
     """Reduce one /metrics page to the progress counters, summed over `engine`/`model_name`.
 
     A metric the page lacks stays None. Raises ValueError when the text is not Prometheus text.
@@ -41,7 +41,7 @@ def parse_vllm_metrics(text: str) -> VllmSample:
             f"the /metrics body is not Prometheus text exposition ({e}); "
             "check that --vllm-url points at the vLLM API server"
         ) from e
-    return VllmSample(up=True, **sums)
+    return ServerSample(up=True, **sums)
 
 
 def _check_base_url(base_url: str) -> str:
@@ -58,7 +58,7 @@ def _check_base_url(base_url: str) -> str:
 MAX_METRICS_BYTES = 32 << 20
 
 
-class VllmSource:
+class ServerSource:
     """Polls one vLLM API server; never raises, marks itself down when /metrics fails."""
 
     name = "vllm"
@@ -74,7 +74,7 @@ class VllmSource:
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client(timeout=timeout_s)
 
-    def poll(self) -> VllmSample:
+    def poll(self) -> ServerSample:
         """One scrape of /metrics then /health (skipped when the server is unreachable)."""
         sample, reachable = self._scrape_metrics()
         health_status = self._health_status() if reachable else None
@@ -82,7 +82,7 @@ class VllmSource:
             self.health.ok()
         else:
             self.health.down(sample.error or "scrape failed")
-        return VllmSample(
+        return ServerSample(
             up=sample.up,
             health_status=health_status,
             iterations=sample.iterations,
@@ -93,29 +93,31 @@ class VllmSource:
             error=sample.error,
         )
 
-    def _scrape_metrics(self) -> tuple[VllmSample, bool]:
+    def _scrape_metrics(self) -> tuple[ServerSample, bool]:
         url = f"{self.base_url}/metrics"
         try:
             with self._client.stream("GET", url, timeout=self.timeout_s) as resp:
                 if resp.status_code != 200:
                     error = f"{url} answered HTTP {resp.status_code}"
-                    return VllmSample(up=False, error=error), True
+                    return ServerSample(up=False, error=error), True
                 body = bytearray()
                 for chunk in resp.iter_bytes():
                     body += chunk
                     if len(body) > MAX_METRICS_BYTES:
                         limit = MAX_METRICS_BYTES >> 20
                         error = f"{url}: more than {limit} MiB; is this vLLM's /metrics endpoint?"
-                        return VllmSample(up=False, error=error), True
+                        return ServerSample(up=False, error=error), True
                 text = body.decode(resp.encoding or "utf-8", errors="replace")
         except httpx.TimeoutException:
-            return VllmSample(up=False, error=f"{url} timed out after {self.timeout_s:g} s"), False
+            return ServerSample(
+                up=False, error=f"{url} timed out after {self.timeout_s:g} s"
+            ), False
         except httpx.HTTPError as e:
-            return VllmSample(up=False, error=f"{url}: {type(e).__name__}: {e}"), False
+            return ServerSample(up=False, error=f"{url}: {type(e).__name__}: {e}"), False
         try:
-            return parse_vllm_metrics(text), True
+            return parse_server_metrics(text), True
         except ValueError as e:
-            return VllmSample(up=False, error=f"{url}: {e}"), True
+            return ServerSample(up=False, error=f"{url}: {e}"), True
 
     def _health_status(self) -> int | None:
         # /health answers 200 while the engine is wedged (vllm #40926); only 503 (EngineDeadError)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from watchdog.model import Observation, StackSample, Verdict
+from watchdog.core.model import Observation, StackSample, Verdict
 
 log = logging.getLogger("hang_watchdog.episodes")
 
@@ -146,7 +146,7 @@ class EpisodeHook:
         return not (waiting and obs.t - ep.capture_started_t < self.capture_wait_s)  # type: ignore[operator]
 
     def _write(self, obs: Observation, verdict: Verdict, ep: Episode, daemon: Any) -> None:
-        from watchdog.actions.incident import Incident
+        from watchdog.outputs.incident import Incident
 
         incident = Incident(
             verdict=verdict,

@@ -163,4 +163,4 @@ def spec(name: str) -> MetricSpec:
     for item in METRICS:
         if item.name == name:
             return item
-    raise KeyError(f"{name} is not in watchdog.metrics_table.METRICS")
+    raise KeyError(f"{name} is not in watchdog.outputs.metrics_table.METRICS")

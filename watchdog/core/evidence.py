@@ -5,13 +5,9 @@ Each evaluator returns a human-readable detail when its rule holds, or None.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from watchdog.model import Frame
-from watchdog.signatures import Rule
-
-if TYPE_CHECKING:
-    from watchdog.classify import Context
+from watchdog.core.context import Context
+from watchdog.core.model import Frame
+from watchdog.core.signatures import Rule
 
 
 def _log(rule: Rule, ctx: Context) -> str | None:
@@ -120,7 +116,7 @@ def _setting(rule: Rule, ctx: Context) -> str | None:
 
 
 def _health(rule: Rule, ctx: Context) -> str | None:
-    v = ctx.obs.vllm
+    v = ctx.obs.server
     return (
         f"/health answered {v.health_status}"
         if v is not None and v.health_status == rule.status

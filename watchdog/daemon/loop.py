@@ -13,11 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from watchdog.classify import Thresholds, classify
 from watchdog.config import Config
-from watchdog.emit import Emitter
-from watchdog.gpuscope import in_container, server_gpus
-from watchdog.model import (
+from watchdog.core.classify import Thresholds, classify
+from watchdog.core.gpuscope import in_container, server_gpus
+from watchdog.core.model import (
     GpuSample,
     LogEvent,
     Observation,
@@ -25,11 +24,12 @@ from watchdog.model import (
     StackSample,
     Verdict,
 )
-from watchdog.signatures import SignatureSet
+from watchdog.core.signatures import SignatureSet
+from watchdog.core.window import Window
+from watchdog.outputs.emit import Emitter
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.deadline import DeadlineCall
 from watchdog.sources.procenv import read_environ
-from watchdog.window import Window
 
 log = logging.getLogger("hang_watchdog.daemon")
 
@@ -46,7 +46,7 @@ class Sources:
 
     gpu: Any = None
     logs: Any = None
-    vllm: Any = None
+    server: Any = None
     procs: Any = None
     conns: Any = None
     facts: Any = None
@@ -54,7 +54,7 @@ class Sources:
     def all(self) -> list[Any]:
         return [
             s
-            for s in (self.gpu, self.logs, self.vllm, self.procs, self.conns, self.facts)
+            for s in (self.gpu, self.logs, self.server, self.procs, self.conns, self.facts)
             if s is not None
         ]
 
@@ -101,7 +101,9 @@ class Daemon:
         # httpx's timeouts bound each read, not the whole response: a server (or exporter)
         # that trickles bytes would hold a scrape for ever. Hard deadlines around both.
         self._gpu_call = DeadlineCall("gpu", _health(sources.gpu), _scrape_s(sources.gpu, 1))
-        self._vllm_call = DeadlineCall("vllm", _health(sources.vllm), _scrape_s(sources.vllm, 2))
+        self._server_call = DeadlineCall(
+            "vllm", _health(sources.server), _scrape_s(sources.server, 2)
+        )
         self._server_environ: dict[str, str] | None = None
         self._gpu_scope: tuple[str, tuple[int, ...]] | None = None
         self._gpu_pick: tuple[int | None, frozenset[str]] | None = None  # (target, GPU ids)
@@ -141,7 +143,7 @@ class Daemon:
             wall=self.wall(),
             gpus=tuple(gpus),
             logs=tuple(_safe(s.logs, lambda: s.logs.poll()) or ()) + tuple(self._injected),
-            vllm=_safe(s.vllm, lambda: self._vllm_call(s.vllm.poll)),
+            server=_safe(s.server, lambda: self._server_call(s.server.poll)),
             procs=procs,
             conns=tuple(_safe(s.conns, lambda: s.conns.poll(pids, environ)) or ()),
             stacks=self._pending_stacks,
@@ -239,7 +241,7 @@ class Daemon:
             (s.facts, self._facts_call),
             (s.conns, self._environ_call),
             (s.gpu, self._gpu_call),
-            (s.vllm, self._vllm_call),
+            (s.server, self._server_call),
         )
         budget = sum(call.deadline_s for source, call in calls if source is not None)
         return self.cfg.tick_s + budget
@@ -259,7 +261,7 @@ class Daemon:
             self._facts_call,
             self._environ_call,
             self._gpu_call,
-            self._vllm_call,
+            self._server_call,
         ):
             call.close()
 

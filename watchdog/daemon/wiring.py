@@ -14,11 +14,11 @@ from typing import Any
 
 from watchdog import __version__
 from watchdog.config import Config, ConfigError
-from watchdog.daemon import Daemon, Hook, Sources
-from watchdog.emit import Emitter
-from watchdog.model import Observation
-from watchdog.signatures import SignatureSet, load_signatures
-from watchdog.supervise import Supervisor
+from watchdog.core.model import Observation
+from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.daemon.loop import Daemon, Hook, Sources
+from watchdog.daemon.supervise import Supervisor
+from watchdog.outputs.emit import Emitter
 
 log = logging.getLogger("hang_watchdog.wiring")
 
@@ -49,7 +49,7 @@ def build(
     sources = Sources(
         gpu=_gpu(cfg),
         logs=_logs(cfg, sigs, supervisor),
-        vllm=_vllm(cfg),
+        server=_server(cfg),
         procs=_procs(cfg, supervisor),
         facts=_facts(cfg),
     )
@@ -92,13 +92,13 @@ def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any
     return LogSource(readers, keep=sigs.log_keep_pattern())
 
 
-def _vllm(cfg: Config) -> Any:
+def _server(cfg: Config) -> Any:
     if not cfg.vllm_url:
         return None
-    from watchdog.sources.vllm import VllmSource
+    from watchdog.sources.server import ServerSource
 
     try:
-        return VllmSource(cfg.vllm_url)
+        return ServerSource(cfg.vllm_url)
     except ValueError as exc:
         raise ConfigError(f"key 'vllm_url': {exc}") from exc
 
@@ -139,8 +139,8 @@ def _facts(cfg: Config) -> Any:
 
 
 def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
-    from watchdog.export import MetricsSink
-    from watchdog.metrics_http import MetricsServer, parse_addr
+    from watchdog.outputs.export import MetricsSink
+    from watchdog.outputs.metrics_http import MetricsServer, parse_addr
 
     try:
         addr = parse_addr(cfg.metrics_addr)
@@ -171,11 +171,11 @@ class _MetricsHook:
 
 
 def _episodes(cfg: Config, built: Built) -> None:
-    from watchdog.episodes import EpisodeHook
+    from watchdog.daemon.episodes import EpisodeHook
 
     capturer = None
     if cfg.stacks and built.daemon.sources.procs is not None:
-        from watchdog.stacks import StackCapturer
+        from watchdog.sources.stacks import StackCapturer
 
         capturer = StackCapturer(
             pyspy=cfg.pyspy,
@@ -189,7 +189,7 @@ def _episodes(cfg: Config, built: Built) -> None:
     writer = None
     bundles = incident_dir(cfg)  # remediation defaults it: evidence before any restart
     if bundles:
-        from watchdog.actions.incident import IncidentWriter
+        from watchdog.outputs.incident import IncidentWriter
 
         writer = IncidentWriter(
             _incident_root(bundles, defaulted=not cfg.incident_dir),
@@ -212,7 +212,7 @@ def _episodes(cfg: Config, built: Built) -> None:
 
 def _incident_root(path: str, *, defaulted: bool = False) -> Path:
     """The bundle directory, created and probed now: a bad path must not wait for a hang."""
-    from watchdog.actions.incident import DIR_MODE
+    from watchdog.outputs.incident import DIR_MODE
 
     root = Path(path)
     key = "key 'incident_dir'" + (" (by default state_dir/incidents)" if defaulted else "")
@@ -233,7 +233,7 @@ def _incident_root(path: str, *, defaulted: bool = False) -> Path:
 
 
 def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
-    from watchdog.actions.incident import build_environment
+    from watchdog.outputs.incident import build_environment
 
     gpu = daemon.sources.gpu
     driver = None
@@ -260,7 +260,7 @@ def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
 
 
 def _notify(built: Built) -> None:
-    from watchdog.sdnotify import Notifier
+    from watchdog.outputs.sdnotify import Notifier
 
     notifier = Notifier.from_env()
     interval = notifier.watchdog_interval_s()

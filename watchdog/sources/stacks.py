@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from watchdog.model import ProcInfo, StackSample, ThreadStack
-from watchdog.stackparse import (
+from watchdog.core.model import ProcInfo, StackSample, ThreadStack
+from watchdog.sources.stackparse import (
     FIX_INSTALL,
     FIX_PERMISSION,
     FIX_TIMEOUT,

@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from watchdog.classify import Thresholds, classify
-from watchdog.emit import format_verdict
-from watchdog.logverdict import name_signatures
-from watchdog.model import Verdict, to_dict
-from watchdog.signatures import SignatureError, SignatureSet, load_signatures
+from watchdog.core.classify import Thresholds, classify
+from watchdog.core.logverdict import name_signatures
+from watchdog.core.model import Verdict, to_dict
+from watchdog.core.signatures import SignatureError, SignatureSet, load_signatures
+from watchdog.core.window import Window
+from watchdog.outputs.emit import format_verdict
 from watchdog.sources.linesplit import LineSplitter, split_records
 from watchdog.sources.logparse import clean_line, parse_line
-from watchdog.window import Window
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if _looks_like_timeline(data):
         # Parse the bytes already read: stdin cannot be read twice, and "-" is no path.
-        from watchdog.timeline import parse_timeline
+        from watchdog.core.timeline import parse_timeline
 
         try:
             observations = parse_timeline(data, name)
@@ -79,8 +79,8 @@ def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Threshol
 
 
 def _bundle(root: Path, sigs: SignatureSet, as_json: bool) -> int:
-    from watchdog.actions.incident import load_incident
-    from watchdog.timeline import read_timeline
+    from watchdog.core.timeline import read_timeline
+    from watchdog.outputs.incident import load_incident
 
     try:
         incident = load_incident(root)

@@ -1,8 +1,8 @@
 """Observation timelines as JSON Lines, so a recorded window can be replayed through classify().
 
-One `Observation` per line, encoded with `watchdog.model.to_dict`. Strings are redacted on the way
-out by default (log lines and command lines can carry tokens); classification does not depend on
-secret values, so a redacted timeline replays to the same verdict.
+One `Observation` per line, encoded with `watchdog.core.model.to_dict`. Strings are redacted
+on the way out by default (log lines and command lines can carry tokens); classification does
+not depend on secret values, so a redacted timeline replays to the same verdict.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from watchdog.model import Observation, from_dict, to_dict
-from watchdog.redact import redact_tree
+from watchdog.core.model import Observation, from_dict, to_dict
+from watchdog.core.redact import redact_tree
 
 
 def write_timeline(

@@ -21,14 +21,14 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
-from watchdog.metrics_table import (
+from watchdog.core.model import STATES, Observation, Verdict
+from watchdog.outputs.metrics_table import (
     LOOP_BUCKETS,
     METRICS,
     REMEDIATION_OUTCOMES,
     STACK_RESULTS,
     MetricSpec,
 )
-from watchdog.model import STATES, Observation, Verdict
 
 Series = list[tuple[tuple[str, ...], float]]
 

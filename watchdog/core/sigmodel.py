@@ -1,5 +1,5 @@
 """The knowledge base's types: signatures and their evidence rules, known-bad combinations,
-fallbacks, benign explanations (parsed by watchdog/signatures.py)."""
+fallbacks, benign explanations (parsed by watchdog/core/signatures.py)."""
 
 from __future__ import annotations
 

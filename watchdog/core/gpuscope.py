@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Mapping, Sequence
 
-from watchdog.model import GpuSample
+from watchdog.core.model import GpuSample
 
 _ENV_KEYS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 

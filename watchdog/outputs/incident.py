@@ -1,7 +1,7 @@
 """Incident bundles: everything an on-call engineer needs, in one directory, before any restart.
 
 A bundle is built in `root/.tmp-XXXX` and renamed into place, so a half-written bundle is never
-visible under its final name. Every string that reaches disk goes through `watchdog.redact`.
+visible under its final name. Every string that reaches disk goes through `watchdog.core.redact`.
 Retention is bounded by count and bytes, oldest first.
 """
 
@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from watchdog import __version__
-from watchdog.actions.summary import render_summary
-from watchdog.model import GpuSample, Observation, Verdict, to_dict
-from watchdog.redact import redact_text, redact_tree, relevant_environ
-from watchdog.stacks import CaptureResult
-from watchdog.timeline import write_timeline
+from watchdog.core.model import GpuSample, Observation, Verdict, to_dict
+from watchdog.core.redact import redact_text, redact_tree, relevant_environ
+from watchdog.core.timeline import write_timeline
+from watchdog.outputs.summary import render_summary
+from watchdog.sources.stacks import CaptureResult
 
 log = logging.getLogger("hang_watchdog.incident")
 VERSION_KEYS = {

@@ -1,1 +1,0 @@
-"""Things that fire on a verdict: incident bundles (incident.py) and remediation."""

@@ -1,0 +1,114 @@
+"""The derived views of a window that every evidence rule reads: thresholds, the stall, stacks.
+
+Its own module so that the classifier and the evidence checks both import it, and neither
+imports the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+from watchdog.config import Config
+from watchdog.core.model import Evidence, Observation, StackSample
+from watchdog.core.window import Window
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The numbers classification depends on (all from the config)."""
+
+    stall_after_s: float = 15.0
+    suspect_after_s: float = 8.0
+    blind_stall_after_s: float = 120.0
+    gpu_spin_sm: float = 0.9
+    gpu_spin_dram: float = 0.05
+    gpu_spin_for_s: float = 10.0
+    gpu_busy_dram: float = 0.15
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> Thresholds:
+        return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Stall:
+    """How long the server has had work pending without progress, and whether that is a stall."""
+
+    pending: bool
+    seconds: float | None
+    stalled: bool
+    suspicious: bool
+    busy: bool  # the GPU moves memory: a slow batch, not a hang
+    detail: str
+
+
+class Context:
+    """Derived, cached views of the window for one classification."""
+
+    def __init__(self, window: Window, obs: Observation, th: Thresholds) -> None:
+        self.window, self.obs, self.th = window, obs, th
+        self.gone = obs.procs is not None and not obs.procs.alive
+        self.has_gpu = any(g.sm is not None for g in obs.gpus)
+        self.stall = self._stall()
+
+    def _stall(self) -> Stall:
+        p, now = self.window.progress, self.obs.t
+        if not p.pending:
+            return Stall(False, None, False, False, False, "no work pending")
+        since = max(
+            t for t in (p.last_progress_t, p.pending_since, self.window_start()) if t is not None
+        )
+        secs = max(0.0, now - since)
+        busy = self._gpu_busy(now - self.th.stall_after_s)
+        limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
+        detail = f"no progress for {secs:.0f} s with {p.pending_why}"
+        if p.last_progress_what:
+            detail += f" (last progress: {p.last_progress_what})"
+        stalled = secs >= limit and not busy
+        return Stall(
+            True, secs, stalled, secs >= self.th.suspect_after_s and not busy, busy, detail
+        )
+
+    def window_start(self) -> float | None:
+        first = next(iter(self.window), None)
+        return first.t if first is not None else None
+
+    def _gpu_busy(self, since: float) -> bool:
+        recent = [g.dram for o in self.window.since(since) for g in o.gpus if g.dram is not None]
+        return bool(recent) and max(recent) > self.th.gpu_busy_dram
+
+    def recent(self, seconds: float) -> Iterable[Observation]:
+        """The last `seconds` of the current server: a restart starts its evidence afresh
+        (an old EngineDeadError must not keep a healthy new server `dead`)."""
+        since = self.obs.t - seconds
+        restarted = self.window.progress.restarted_t
+        return self.window.since(since if restarted is None else max(since, restarted))
+
+    @cached_property
+    def stacks(self) -> tuple[StackSample, ...]:
+        """The newest dumps, if taken since the server last made progress: a dump from before
+        is a moment the server has since moved past, not evidence of this stall."""
+        p = self.window.progress
+        fresh = max((t for t in (p.last_progress_t, p.restarted_t) if t is not None), default=None)
+        for o in reversed(list(self.window)):
+            if fresh is not None and o.t < fresh:
+                return ()
+            if o.stacks:
+                return o.stacks
+        return ()
+
+    def capture_problems(self) -> tuple[Evidence, ...]:
+        errs = {(s.error, s.fix) for s in self.stacks if s.error}
+        return tuple(
+            Evidence("stacks", "capture", f"{e}. Fix: {f}" if f else e)
+            for e, f in sorted(errs, key=str)
+        )
+
+    def gpu_figures(self) -> tuple[Evidence, ...]:
+        return tuple(
+            Evidence("gpu", "gpu", f"GPU {g.index}: SM {g.sm:.2f}, DRAM {g.dram:.2f} ({g.method})")
+            for g in self.obs.gpus
+            if g.sm is not None and g.dram is not None
+        )
