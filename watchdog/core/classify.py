@@ -9,6 +9,7 @@ from __future__ import annotations
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Verdict
+from watchdog.core.ranks import Attribution, attribute, describe
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
 
@@ -26,10 +27,15 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         return Verdict(state="starting", reason="no observations yet")
     ctx = Context(window, obs, th)
     stall = ctx.stall
+    ranks = _ranks(ctx)
     common = {
         "suspicious": stall.suspicious,
         "seconds_since_progress": stall.seconds,
         "progress_ratio": window.progress.ratio,
+        "ranks": ranks.views,
+        "cause_rank": ranks.cause_rank,
+        "cause_role": ranks.cause_role,
+        "waiting_ranks": ranks.waiting_ranks,
     }
     matches = [m for m in (_match(s, ctx) for s in sigs.signatures) if m is not None]
     if matches:
@@ -42,8 +48,10 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             confidence=round(min(conf, 1.0), 3),
             # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
             evidence=tuple(ev)
+            + _rank_evidence(ranks)
             + (() if any(e.source == "gpu" for e in ev) else ctx.gpu_figures())
             + ctx.capture_problems(),
+            priority=sig.priority,
             fix=sig.fix,
             commands=sig.commands,
             references=sig.references,
@@ -56,6 +64,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     if state == "stalled":
         evidence = (
             (Evidence("progress", "no_progress", stall.detail),)
+            + _rank_evidence(ranks)
             + ctx.gpu_figures()
             + ctx.capture_problems()
         )
@@ -66,6 +75,17 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         fix=STALLED_FIX if state == "stalled" else "",
         **common,  # type: ignore[arg-type]
     )
+
+
+def _ranks(ctx: Context) -> Attribution:
+    """Which rank is the cause, from the freshest stacks (nothing without stacks)."""
+    procs = ctx.obs.procs.procs if ctx.obs.procs is not None else ()
+    return attribute(procs, ctx.stacks, ctx.obs.gpus, ctx.obs.conns)
+
+
+def _rank_evidence(ranks: Attribution) -> tuple[Evidence, ...]:
+    line = describe(ranks)
+    return (Evidence("stacks", "rank_cause", line),) if line else ()
 
 
 def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
