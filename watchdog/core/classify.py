@@ -84,7 +84,8 @@ def _ranks(ctx: Context) -> Attribution:
 
 
 def _rank_evidence(ranks: Attribution) -> tuple[Evidence, ...]:
-    line = describe(ranks)
+    """Evidence only with peers waiting: alone, the rank's stack evidence already says it all."""
+    line = describe(ranks) if ranks.waiting_ranks else ""
     return (Evidence("stacks", "rank_cause", line),) if line else ()
 
 
