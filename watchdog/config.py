@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,13 @@ class Config:
     gpu_busy_dram: float = _f(
         0.15, "DRAM ratio above which a slow batch is real work, not a hang", lo=0
     )
+    # fleet (docs/fleet.md)
+    deployment: str = _f(
+        "",
+        "name shared by every watchdog of one multi-node deployment; exported as the "
+        "`deployment` label that fleet rules group by (empty: a standalone server)",
+    )
+    node: str = _f("", "node label exported with this server's ranks (default: the host name)")
     # outputs
     log_format: str = _f(
         "text", "how log, state and verdict lines on stderr look", choices=("text", "json")
@@ -239,8 +247,23 @@ def _cross_check(cfg: Config, origin: str) -> None:
             f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
         )
     _check_window(cfg, origin)
+    _check_labels(cfg, origin)
     _check_vllm_url(cfg.vllm_url, origin)
     _check_cdn_hosts(cfg.cdn_hosts, origin)
+
+
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+
+
+def _check_labels(cfg: Config, origin: str) -> None:
+    """`deployment` and `node` become label values that rules group by: short, printable."""
+    for key in ("deployment", "node"):
+        value = getattr(cfg, key)
+        if value and not LABEL_RE.match(value):
+            raise ConfigError(
+                f"{origin}: key {key!r}: {value!r} is not a usable label value; use up to 128 "
+                "letters, digits and . _ : / - (starting with a letter or digit)"
+            )
 
 
 # Thresholds measured over the window: a window no longer than one of them never sees it pass.

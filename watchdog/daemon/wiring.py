@@ -146,7 +146,14 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         addr = parse_addr(cfg.metrics_addr)
     except ValueError as exc:
         raise ConfigError(f"key 'metrics_addr': {exc}") from exc
-    sink = MetricsSink(sigs.ids, version=__version__, stale_after_s=cfg.metrics_stale_s)
+    from watchdog.outputs.fleet import FleetLabels
+
+    sink = MetricsSink(
+        sigs.ids,
+        version=__version__,
+        stale_after_s=cfg.metrics_stale_s,
+        fleet=FleetLabels.resolve(cfg.deployment, cfg.node),
+    )
     built.metrics = sink
     built.daemon.hooks.append(_MetricsHook(sink))
     if addr is not None:

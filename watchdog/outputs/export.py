@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from watchdog.core.model import STATES, Observation, Verdict
+from watchdog.outputs.fleet import FleetLabels, fleet_series
 from watchdog.outputs.metrics_table import (
     LOOP_BUCKETS,
     METRICS,
@@ -81,11 +82,13 @@ class MetricsSink(Collector):
         stale_after_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        fleet: FleetLabels | None = None,
     ) -> None:
         if stale_after_s <= 0:
             raise ValueError(f"stale_after_s must be > 0 seconds, got {stale_after_s!r}")
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._version = version
+        self._fleet = fleet if fleet is not None else FleetLabels.resolve("", "")
         self._stale_after_s = stale_after_s
         self._clock = clock
         self._wall = wall
@@ -114,6 +117,7 @@ class MetricsSink(Collector):
     def observe(self, obs: Observation, verdict: Verdict, loop_seconds: float | None) -> None:
         """Record one completed loop iteration: replaces every per-loop series."""
         series = _loop_series(obs, verdict, self._wall())
+        series.update(fleet_series(obs, verdict, self._fleet))
         signature = verdict.signature if verdict.is_hang else None
         with self._lock:
             if signature is not None:

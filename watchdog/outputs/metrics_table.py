@@ -39,6 +39,9 @@ class MetricSpec:
     help: str
 
 
+FLEET = ("deployment", "node", "engine")
+RANK = (*FLEET, "rank", "role")
+
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "hang_watchdog_gpu_sm_utilization_ratio",
@@ -154,6 +157,33 @@ METRICS: tuple[MetricSpec, ...] = (
         ("signature", "fallback", "mode", "args", "env"),
         "Always 1: the last remediation plan (mode dry_run or acted), with the exact arguments "
         "and environment it adds.",
+    ),
+    MetricSpec(
+        "hang_watchdog_deployment_info",
+        "gauge",
+        FLEET,
+        "Always 1: the deployment (config key `deployment`), node and engine this watchdog "
+        "watches; fleet rules join on it.",
+    ),
+    MetricSpec(
+        "hang_watchdog_rank_last_progress_timestamp_seconds",
+        "gauge",
+        RANK,
+        "Unix time each rank of the server last made progress (now while idle); the lowest "
+        "across a deployment is the first rank to stop.",
+    ),
+    MetricSpec(
+        "hang_watchdog_rank_waiting",
+        "gauge",
+        RANK,
+        "1 while this rank waits on another (in a collective) during a hang, else 0.",
+    ),
+    MetricSpec(
+        "hang_watchdog_rank_cause_priority",
+        "gauge",
+        (*RANK, "signature"),
+        "Present only for the rank the verdict names as the cause of a hang: the signature's "
+        "priority (higher wins across nodes).",
     ),
 )
 
