@@ -85,6 +85,14 @@ class Config:
         "`deployment` label that fleet rules group by (empty: a standalone server)",
     )
     node: str = _f("", "node label exported with this server's ranks (default: the host name)")
+    nccl_ras: str = _f(
+        "auto",
+        "query NCCL's RAS service (read-only): auto (absence said once, retried rarely), on, off",
+        choices=("auto", "on", "off"),
+    )
+    nccl_ras_addr: str = _f("localhost:28028", "NCCL RAS address HOST:PORT (NCCL_RAS_ADDR)")
+    nccl_ras_interval_s: float = _f(30.0, "seconds between two RAS queries", lo=1)
+    nccl_ras_deadline_s: float = _f(10.0, "hard deadline of one RAS query", lo=0.5)
     # outputs
     log_format: str = _f(
         "text", "how log, state and verdict lines on stderr look", choices=("text", "json")
@@ -248,6 +256,7 @@ def _cross_check(cfg: Config, origin: str) -> None:
         )
     _check_window(cfg, origin)
     _check_labels(cfg, origin)
+    _check_ras_addr(cfg, origin)
     _check_vllm_url(cfg.vllm_url, origin)
     _check_cdn_hosts(cfg.cdn_hosts, origin)
 
@@ -264,6 +273,15 @@ def _check_labels(cfg: Config, origin: str) -> None:
                 f"{origin}: key {key!r}: {value!r} is not a usable label value; use up to 128 "
                 "letters, digits and . _ : / - (starting with a letter or digit)"
             )
+
+
+def _check_ras_addr(cfg: Config, origin: str) -> None:
+    host, sep, port = cfg.nccl_ras_addr.rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(
+            f"{origin}: key 'nccl_ras_addr': {cfg.nccl_ras_addr!r} is not HOST:PORT; use the "
+            "job's NCCL_RAS_ADDR (default localhost:28028)"
+        )
 
 
 # Thresholds measured over the window: a window no longer than one of them never sees it pass.

@@ -49,6 +49,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
             evidence=tuple(ev)
             + _rank_evidence(ranks)
+            + _ras_evidence(ctx)
             + (() if any(e.source == "gpu" for e in ev) else ctx.gpu_figures())
             + ctx.capture_problems(),
             priority=sig.priority,
@@ -65,6 +66,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         evidence = (
             (Evidence("progress", "no_progress", stall.detail),)
             + _rank_evidence(ranks)
+            + _ras_evidence(ctx)
             + ctx.gpu_figures()
             + ctx.capture_problems()
         )
@@ -81,6 +83,15 @@ def _ranks(ctx: Context) -> Attribution:
     """Which rank is the cause, from the freshest stacks (nothing without stacks)."""
     procs = ctx.obs.procs.procs if ctx.obs.procs is not None else ()
     return attribute(procs, ctx.stacks, ctx.obs.gpus, ctx.obs.conns)
+
+
+def _ras_evidence(ctx: Context) -> tuple[Evidence, ...]:
+    """NCCL's own view (sources/nccl_ras.py): dead, unresponsive and lagging ranks."""
+    ras = ctx.obs.facts.get("nccl_ras")
+    lines = ras.get("evidence") if isinstance(ras, dict) else None
+    if not isinstance(lines, list):
+        return ()
+    return tuple(Evidence("nccl_ras", "nccl_ras", str(line)) for line in lines[:8])
 
 
 def _rank_evidence(ranks: Attribution) -> tuple[Evidence, ...]:

@@ -135,7 +135,13 @@ def _conns(cfg: Config) -> Any:
 def _facts(cfg: Config) -> Any:
     from watchdog.sources.facts import FactsSource
 
-    return FactsSource()
+    facts = FactsSource()
+    if cfg.nccl_ras == "off":
+        return facts
+    from watchdog.sources.nccl_ras import RasClient, RasSource, WithRas
+
+    client = RasClient(cfg.nccl_ras_addr, deadline_s=cfg.nccl_ras_deadline_s)
+    return WithRas(facts, RasSource(client, mode=cfg.nccl_ras, interval_s=cfg.nccl_ras_interval_s))
 
 
 def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
