@@ -85,6 +85,13 @@ class Config:
         "`deployment` label that fleet rules group by (empty: a standalone server)",
     )
     node: str = _f("", "node label exported with this server's ranks (default: the host name)")
+    fleet_remediation: str = _f(
+        "cause",
+        "with `deployment` set, which watchdog restarts: the one whose verdict names the cause "
+        "rank (cause), or only the fleet_leader (leader)",
+        choices=("cause", "leader"),
+    )
+    fleet_leader: bool = _f(False, "this instance restarts the whole deployment (leader mode)")
     nccl_ras: str = _f(
         "auto",
         "query NCCL's RAS service (read-only): auto (absence said once, retried rarely), on, off",
