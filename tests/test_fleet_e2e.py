@@ -25,6 +25,7 @@ import yaml
 
 from tests import simfixtures
 from tests.simfixtures import SimHandle, sim_env, stop_process
+from tests.test_fleet_rules import fleet_dashboard_exprs
 
 sim_factory = simfixtures.sim_factory  # fixtures, used by name
 cdn_factory = simfixtures.cdn_factory
@@ -141,6 +142,23 @@ def _settled(am: Service) -> bool:
     return want <= names and len(plain) >= 2
 
 
+def _query(prom: Service, expr: str) -> list[dict[str, Any]]:
+    resp = httpx.get(f"{prom.url}/api/v1/query", params={"query": expr}, timeout=10).json()
+    assert resp["status"] == "success", (expr, resp)
+    return resp["data"]["result"]
+
+
+def _check_dashboard(prom: Service) -> None:
+    """Every fleet-dashboard query runs on the real Prometheus; the operator's panels show data."""
+    shown = {title: bool(_query(prom, expr)) for title, expr in fleet_dashboard_exprs()}
+    wanted = ("Root cause per deployment", "First rank to stop", "Hung nodes",
+              "Ranks waiting on another (timeline)", "Cause rank (timeline)",
+              "Seconds since each rank progressed", "Watchdogs per deployment")  # fmt: skip
+    assert [t for t in wanted if not shown[t]] == [], shown
+    (root,) = _query(prom, "hang_watchdog:deployment_root_cause:priority")
+    assert (root["metric"]["node"], root["metric"]["rank"]) == ("node-a", "1")
+
+
 def test_two_nodes_one_root_cause_alert_and_the_rest_inhibited(
     tmp_path: Path, sim_factory: Callable[..., SimHandle], cdn_factory: Callable[[str], int]
 ) -> None:
@@ -177,6 +195,7 @@ def test_two_nodes_one_root_cause_alert_and_the_rest_inhibited(
             "InferenceServerHung",
         }
         assert all(a["status"]["inhibitedBy"] for a in suppressed)
+        _check_dashboard(prom)
         plain = {
             a["labels"]["instance"]
             for a in suppressed

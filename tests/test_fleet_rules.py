@@ -88,3 +88,36 @@ def test_rules_use_only_exported_series_and_have_runbooks() -> None:
         if "alert" in rule:
             assert rule["annotations"]["runbook_url"].endswith(f"#runbook-{rule['alert'].lower()}")
             assert f"runbook-{rule['alert'].lower()}" in anchors, rule["alert"]
+
+
+def fleet_dashboard_exprs() -> list[tuple[str, str]]:
+    """(panel title, PromQL) of the fleet dashboard, with its variable as Grafana expands All."""
+    import json
+
+    dash = json.loads(FLEET_DASHBOARD.read_text())
+    return [
+        (p["title"], t["expr"].replace("$deployment", ".+"))
+        for p in dash["panels"]
+        for t in p.get("targets", [])
+    ]
+
+
+def test_fleet_dashboard_shape_and_series() -> None:
+    import json
+
+    dash = json.loads(FLEET_DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["query"] == "prometheus"
+    assert "hang_watchdog_deployment_info" in variables["deployment"]["query"]["query"]
+    ids = [p["id"] for p in dash["panels"]]
+    assert len(ids) == len(set(ids))
+    exported = {m.name for m in METRICS}
+    recorded = {r["record"] for r in _rules() if "record" in r}
+    for panel in dash["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}" and panel["description"]
+        for target in panel["targets"]:
+            assert 'deployment=~"$deployment"' in target["expr"], panel["title"]
+            used = set(re.findall(r"\bhang_watchdog[_:][a-z_:0-9]+", target["expr"]))
+            assert used <= exported | recorded, used - exported - recorded
+    kinds = {p["type"] for p in dash["panels"]}
+    assert "state-timeline" in kinds  # ranks on a timeline
