@@ -26,6 +26,8 @@ class Thresholds:
     gpu_spin_dram: float = 0.05
     gpu_spin_for_s: float = 10.0
     gpu_busy_dram: float = 0.15
+    gpu_spin_power_ratio: float = 0.3
+    gpu_spin_clock_ratio: float = 0.5
 
     @classmethod
     def from_config(cls, cfg: Config) -> Thresholds:
