@@ -8,6 +8,7 @@ does not support ("Not Supported" / "Function Not Found") is remembered and logg
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -33,8 +34,9 @@ NO_MODULE = (
 class NvmlBackend:
     """`GpuBackend` over NVML. Called from one thread only (GpuSource's worker)."""
 
-    def __init__(self, logger: logging.Logger = log) -> None:
+    def __init__(self, logger: logging.Logger = log, module: Any = None) -> None:
         self._log = logger
+        self._module = module  # a stand-in for pynvml (recorded answers); None: import it
         self._nvml: Any = None
         self._unsupported: set[str] = set()  # call names the driver said it does not support
         self._errors_seen: set[str] = set()
@@ -48,7 +50,7 @@ class NvmlBackend:
     def init(self) -> None:
         """Load pynvml and libnvidia-ml lazily, so a host without them still imports this."""
         try:
-            import pynvml  # lazy on purpose: nothing happens at import
+            pynvml = self._module or importlib.import_module("pynvml")  # lazy: not at import
         except ImportError as exc:
             raise GpuError(NO_MODULE) from exc
         try:
