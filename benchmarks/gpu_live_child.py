@@ -7,7 +7,7 @@ MODE: `spin` (a kernel that never returns, the host waiting in synchronize), `me
 work), `nccl` (two ranks; rank 0 waits in a barrier rank 1 never joins). Each writes one vLLM
 stats line to --log (the engine's own format, vllm/v1/metrics/loggers.py LoggingStatLogger:
 `Running: 1 reqs` with zero throughput is work pending without progress; the idle one says
-`Running: 0 reqs`), then writes --ready (JSON: pid, what it launched, or the error that stopped
+`Running: 0 reqs`) every 2 s, writes --ready (JSON: pid, what it launched, or the error that stopped
 it) and blocks forever. `--cpu` swaps the GPU for plain waits in functions of the same names,
 for rehearsing the script where no GPU exists (tests/test_gpu_live.py).
 """
@@ -69,11 +69,21 @@ def allow_any_tracer() -> None:
 
 
 def announce(args: argparse.Namespace, running: int, **info: Any) -> None:
-    with open(args.log, "a", encoding="utf-8") as fh:
-        fh.write(stats_line(running) + "\n")
+    """Start the stats lines, then say what was launched (the ready file)."""
+    threading.Thread(target=keep_logging, args=(args.log, running), daemon=True).start()
     tmp = Path(args.ready + ".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "mode": args.mode, **info}))
     os.replace(tmp, args.ready)
+
+
+def keep_logging(path: str, running: int, every_s: float = 2.0) -> None:
+    """The stats line, again and again: vLLM's API server keeps printing it, with zero
+    throughput, while the engine is stuck (vllm #48752), and the watchdog joins a log at its
+    end, so a line written before it attached would never be read."""
+    while True:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(stats_line(running) + "\n")
+        time.sleep(every_s)
 
 
 def fail(args: argparse.Namespace, what: str, exc: BaseException) -> int:
