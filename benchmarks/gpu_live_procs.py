@@ -80,6 +80,9 @@ class Procs:
             self.stop(proc)
             out, err = proc.communicate()
             err += f"\n(killed after {timeout_s:.0f} s)"
+        except BaseException:  # interrupted: stop it before it is forgotten
+            self.stop(proc, grace_s=5.0)
+            raise
         finally:
             self._forget(proc)
         return proc.returncode, out, err

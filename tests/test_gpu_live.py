@@ -189,3 +189,33 @@ def test_rehearsal_exits_1_when_an_expectation_fails(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "NO: judged a spin while DRAM was busy" in done.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_stops_every_child_and_exits_130(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import psutil
+
+    script = subprocess.Popen(
+        [sys.executable, str(BENCH / "gpu_live.py"), "--rehearse", str(ANSWERS / "h200"),
+         "--cases", "spin", "--out", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=sim_env(),
+        cwd=REPO_ROOT,
+    )  # fmt: skip
+    try:
+        deadline, kids = time.monotonic() + 60, []
+        while time.monotonic() < deadline and len(kids) < 2:  # the workload and the watchdog
+            time.sleep(0.5)
+            kids = psutil.Process(script.pid).children(recursive=True)
+        assert len(kids) >= 2, "the rehearsal never started its workload and watchdog"
+        script.send_signal(signal.SIGTERM)
+        _, err = script.communicate(timeout=60)
+    finally:
+        if script.poll() is None:
+            script.kill()
+            script.wait()
+    assert script.returncode == 130 and "every child stopped" in err
+    alive = [p.pid for p in kids if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"children left running: {alive}"
