@@ -125,7 +125,11 @@ class Session:
         if "error" in info:
             return self.skip_or_fail(case, info["error"])
         backend, module = self.backend(case, child.pid)
-        backend.init()
+        try:
+            backend.init()
+        except GpuError as exc:
+            self.procs.stop(child)
+            return self.skip_or_fail(case, f"NVML probe: {exc}")
         probe = Probe(backend, gpu_file)
         probe.start()
         verdict, why_none = self.diagnose(child.pid, log, gpu_source)

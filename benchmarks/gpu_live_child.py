@@ -105,40 +105,37 @@ def _torch() -> Any:
 
 
 def launch_spin() -> dict[str, Any]:
-    """Start the never-returning kernel; returns what was launched."""
-    try:
-        import cupy
-    except ImportError:
-        cupy = None
+    """Start the never-returning kernel (CuPy, else PyTorch's jiterator); says what ran."""
     torch = _torch()
     if torch is not None:
         torch.zeros(1, device="cuda")  # one primary context for PyTorch and CuPy
-    if cupy is not None:
+    tried: list[str] = []
+    try:
+        import cupy
+
         sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
         kernel = cupy.RawKernel(SPIN_SOURCE, "spin_forever")
         flag, out = cupy.zeros(1, dtype=cupy.int32), cupy.zeros(sms, dtype=cupy.int64)
         kernel((sms,), (128,), (flag, out))
         return {"kernel": f"CuPy RawKernel, {sms} blocks x 128 threads", "sms": sms}
+    except Exception as exc:  # ImportError, or NVRTC/CUDA errors: try PyTorch instead
+        tried.append(f"CuPy: {exc}")
     if torch is None:
-        raise RuntimeError("neither CuPy nor a CUDA-enabled PyTorch is importable")
+        raise RuntimeError("; ".join([*tried, "PyTorch: not importable or no CUDA"]))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     fn = torch.cuda.jiterator._create_jit_fn(JITERATOR_SPIN)
-    x = torch.zeros(sms * 1024, device="cuda")
-    fn(x)
-    return {"kernel": f"PyTorch jiterator, {sms * 1024} threads", "sms": sms}
+    fn(torch.zeros(sms * 1024, device="cuda"))
+    return {"kernel": f"PyTorch jiterator, {sms * 1024} threads", "sms": sms, "tried": tried}
 
 
 def wait_on_gpu() -> None:
     """The host waits in synchronize, as an engine waits for its forward pass."""
     torch = _torch()
-    if torch is not None:
-        while True:
-            torch.cuda.synchronize()
-            time.sleep(0.1)
-    import cupy
-
     while True:
-        cupy.cuda.Device().synchronize()
+        if torch is not None:
+            torch.cuda.synchronize()
+        else:
+            synchronize()
         time.sleep(0.1)
 
 
@@ -195,9 +192,14 @@ def nccl_rank(rank: int, port: int) -> None:
 # -- the CPU rehearsal (same function names, no GPU) ------------------------------------------
 
 
-def synchronize() -> None:
-    """Stands in for torch.cuda.synchronize: blocks forever."""
-    threading.Event().wait()
+def synchronize(cpu: bool = False) -> None:
+    """Where the host waits when PyTorch is absent: cudaDeviceSynchronize through CuPy (whose
+    own method is Cython, not a frame py-spy shows), or forever in the CPU rehearsal."""
+    if cpu:
+        threading.Event().wait()
+    import cupy
+
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 def idle_forever() -> None:
@@ -276,7 +278,7 @@ def _collect(proc: subprocess.Popen[str], into: list[str]) -> None:
 def run_cpu(args: argparse.Namespace) -> int:
     if args.mode == "spin":
         announce(args, 1, kernel="CPU rehearsal: host waits in synchronize()")
-        synchronize()
+        synchronize(cpu=True)
     elif args.mode == "memcopy":
         announce(args, 1, kernel="CPU rehearsal: no GPU work")
         idle_forever()
