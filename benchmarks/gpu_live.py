@@ -142,7 +142,7 @@ class Session:
             ok, why = ok and exporter[0], f"{why}; exporter: {exporter[1]}"
         if probe.error:
             ok, why = False, f"{why}; NVML probe: {probe.error}"
-        self.record(case, figures, verdict, ok, why, info, module)
+        self.record(case, figures, verdict, (ok, why), info, module)
         return ok
 
     def diagnose(self, pid: int, log: Path, gpu_source: str) -> tuple[dict | None, str]:
@@ -178,7 +178,11 @@ class Session:
         self.results.append({"case": case, "ok": optional, "skipped": optional, "why": why})
         return optional
 
-    def record(self, case, figures, verdict, ok, why, info, module) -> None:  # noqa: ANN001
+    def record(
+        self, case: str, figures: dict[str, Any], verdict: dict[str, Any] | None,
+        result: tuple[bool, str], info: dict[str, Any], module: Any,
+    ) -> None:  # fmt: skip
+        ok, why = result
         self.rows.append(cases.row(case, figures, verdict, ok, why))
         self.results.append(
             {"case": case, "ok": ok, "why": why, "workload": info, "nvml": figures,
@@ -188,7 +192,8 @@ class Session:
             answers = self.args.out / "nvml-answers"
             answers.mkdir(parents=True, exist_ok=True)
             note = f"recorded by benchmarks/gpu_live.py, case {case}, {time.strftime('%F %T')}"
-            (answers / f"{case}.json").write_text(json.dumps(module.answers(note), indent=1))
+            recorded = module.answers(note, child_pid=info.get("pid"))
+            (answers / f"{case}.json").write_text(json.dumps(recorded, indent=1))
 
 
 def no_gpu_reason() -> str | None:

@@ -103,13 +103,14 @@ class RecordingNvml:
 
         return call
 
-    def answers(self, note: str) -> dict[str, Any]:
-        """What was recorded, in the fixture format."""
-        return {
-            "note": note,
-            "driver": self.driver,
-            "devices": [{"polls": self.devices[i]} for i in sorted(self.devices)],
-        }
+    def answers(self, note: str, child_pid: int | None = None) -> dict[str, Any]:
+        """What was recorded, in the fixture format; the workload's PID becomes "CHILD"."""
+        devices = [{"polls": [dict(p) for p in self.devices[i]]} for i in sorted(self.devices)]
+        key = "nvmlDeviceGetComputeRunningProcesses"
+        for poll in (p for d in devices for p in d["polls"]):
+            if child_pid is not None and isinstance(poll.get(key), list):
+                poll[key] = [CHILD if pid == child_pid else pid for pid in poll[key]]
+        return {"note": note, "driver": self.driver, "devices": devices}
 
 
 def _gpm_values(mg: Any) -> dict[str, Any]:

@@ -112,7 +112,8 @@ def test_recording_replays_to_the_same_samples() -> None:
     live = NvmlBackend(module=recorder)
     live.init()
     seen = [live.sample(0) for _ in range(4)]
-    recorded = json.loads(json.dumps(recorder.answers("test")))
+    recorded = json.loads(json.dumps(recorder.answers("test", child_pid=SERVER_PID)))
+    assert recorded["devices"][0]["polls"][0]["nvmlDeviceGetComputeRunningProcesses"] == ["CHILD"]
     again = NvmlBackend(module=ReplayNvml(recorded, SERVER_PID))
     again.init()
     assert [again.sample(0) for _ in range(4)] == seen
@@ -219,3 +220,12 @@ def test_sigterm_stops_every_child_and_exits_130(tmp_path: Path) -> None:
     assert script.returncode == 130 and "every child stopped" in err
     alive = [p.pid for p in kids if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"children left running: {alive}"
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_live_gpu_run_meets_every_expectation(tmp_path: Path) -> None:
+    if not nvml_works():
+        pytest.skip("NVML cannot initialise here: the live check needs an NVIDIA GPU")
+    done = run_script("--out", str(tmp_path), timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
