@@ -79,7 +79,13 @@ def test_healthy_power_at_the_same_utilisation_is_no_spin(sigs: SignatureSet) ->
     # ~45 W is what the same GB10 drew while generating: a long batch, not a spin.
     pairs = run(sigs, gb10(45.0))
     assert not any(v.is_hang for _, v in pairs)
-    assert pairs[-1][1].state == "stalled" and pairs[-1][1].signature is None
+    v = pairs[-1][1]
+    assert v.state == "stalled" and v.signature is None
+    # The stalled verdict still shows what the GPU read, and why no spin was judged.
+    assert any(
+        e.detail == "GPU 0: SM 0.96, no DRAM figures, power 45 W of 100 W (dcgm_dev)"
+        for e in v.evidence
+    ), v.evidence
 
 
 def test_low_power_from_a_low_clock_is_no_spin(sigs: SignatureSet) -> None:
