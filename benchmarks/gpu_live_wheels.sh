@@ -3,7 +3,7 @@
 # machine that already has nvidia-ml-py, psutil, prometheus-client, httpx, PyTorch/CuPy and the
 # driver: hang-watchdog (this tree) and py-spy. Usage: benchmarks/gpu_live_wheels.sh [DIR]
 # (default: wheels/, ignored by git). Then, on the GPU machine, from the repository root:
-#   python3 -m venv --system-site-packages /tmp/gl && /tmp/gl/bin/pip install -q --no-index --no-deps --ignore-installed wheels/*.whl && /tmp/gl/bin/python benchmarks/gpu_live.py --out "${OUT:-gpu-live-out}"
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/gl wheels/*.whl && PATH=/tmp/gl/bin:$PATH PYTHONPATH=/tmp/gl python3 benchmarks/gpu_live.py --out "${OUT:-gpu-live-out}"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${1:-wheels}"
