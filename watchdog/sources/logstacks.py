@@ -47,7 +47,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
 _PYSPY_PROCESS = re.compile(r"^\s*Process (?P<pid>\d+): (?P<title>.*)$")
 _PYSPY_PYTHON = re.compile(r"^\s*Python v\d+\.\d+")
 _PYSPY_THREAD = re.compile(
-    r"^\s*Thread (?P<tid>0x[0-9A-Fa-f]+|\d+) \((?P<state>[a-z+]+)\): \"(?P<name>[^\"]*)\""
+    r"^\s*Thread (?:(?P<tid>0x[0-9A-Fa-f]+|\d+) )?\((?P<state>[a-z+]+)\): \"(?P<name>[^\"]*)\""
 )
 _PYSPY_FRAME = re.compile(r"^\s{2,}(?P<name>[^\s()][^()]{0,300}?) \((?P<where>[^()]{1,400})\)$")
 _PYSPY_WHERE = re.compile(r"^(?P<file>.*?):(?P<line>\d+)$")
@@ -281,7 +281,7 @@ class StackScanner:
     def _pyspy_thread(self, dump: _Dump, m: re.Match[str]) -> None:
         if len(dump.threads) >= self.max_threads:
             return
-        tid = m.group("tid")
+        tid = m.group("tid") or "0"  # py-spy can omit it: `Thread (active+gil): "MainThread"`
         dump.threads.append(
             _Thread(
                 int(tid, 16) if tid.startswith("0x") else int(tid),
