@@ -73,7 +73,7 @@ def tally() -> dict[tuple[str, str], collections.Counter[str]]:
 
 def test_the_docs_table_is_current() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "field-knowledge.md").read_text("utf-8")
-    assert render_tally() in doc, "rerun: python3 tests/test_corpus.py > table, paste into docs"
+    assert render_tally() in doc, "rerun PYTHONPATH=. python3 tests/test_corpus.py and paste the table into docs/field-knowledge.md"
 
 
 def render_tally() -> str:
