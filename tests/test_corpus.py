@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import collections
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from watchdog.commands.replaylog import read_log
 from watchdog.core.logverdict import name_signatures
@@ -73,11 +73,15 @@ def tally() -> dict[tuple[str, str], collections.Counter[str]]:
 
 def test_the_docs_table_is_current() -> None:
     doc = (Path(__file__).parent.parent / "docs" / "field-knowledge.md").read_text("utf-8")
-    assert render_tally() in doc, "rerun PYTHONPATH=. python3 tests/test_corpus.py and paste the table into docs/field-knowledge.md"
+    # To refresh: PYTHONPATH=. python3 tests/test_corpus.py, paste into docs/field-knowledge.md
+    assert render_tally() in doc, "the corpus tally in docs/field-knowledge.md is stale"
 
 
 def render_tally() -> str:
-    rows = ["| Engine | Signature | Named | Not nameable | Non-hang, quiet |", "|---|---|---|---|---|"]
+    rows = [
+        "| Engine | Signature | Named | Not nameable | Non-hang, quiet |",
+        "|---|---|---|---|---|",
+    ]
     for (engine, sig), c in sorted(tally().items()):
         rows.append(
             f"| {engine} | {sig} | {c['named'] or ''} | {c['not nameable'] or ''} "
