@@ -147,6 +147,14 @@ def keep_pattern(ops: Sequence[OpDef]) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
 
 
+def keep_with_ops(keep: re.Pattern[str] | None, ops: Sequence[OpDef]) -> re.Pattern[str] | None:
+    """`keep` widened by every operation's start and end lines (what a log source keeps)."""
+    extra = keep_pattern(ops)
+    if keep is None or extra is None:
+        return keep or extra
+    return re.compile(f"{keep.pattern}|{extra.pattern}")
+
+
 def open_operations(lines: Iterable[str], ops: Sequence[OpDef]) -> list[OpenOp]:
     """The operations started in `lines` and never finished, oldest first."""
     lines = list(lines)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import BinaryIO, Protocol
 
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import keep_pattern, load_ops
+from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.linesplit import LineSplitter, split_records
 from watchdog.sources.logparse import clean_line, parse_line
@@ -261,8 +261,7 @@ class LogSource:
         self._readers = list(readers)
         # Start and end lines of operations (core/openops.py) are kept too: a stall that
         # lasts inside one of them names its cause.
-        ops = keep_pattern(load_ops())
-        self._keep = re.compile(f"{keep.pattern}|{ops.pattern}") if keep and ops else keep or ops
+        self._keep = keep_with_ops(keep, load_ops())
         self._max_events = max_events_per_tick
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._held: dict[tuple[int, int], str] = {}

@@ -29,53 +29,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.core.model import LogEvent
-
-# Engine prefixes in front of a dump line, stripped one after the other (bounded).
-_PREFIXES: tuple[re.Pattern[str], ...] = (
-    # vLLM `_add_prefix` (vllm/utils/system_utils.py): `(Worker_TP1 pid=7) `
-    re.compile(r"^\((?P<proc>[A-Za-z][\w.:-]*) pid=(?P<pid>\d+)\) ?"),
-    # SGLang `configure_logger` (srt/utils/common.py): `[2025-01-01 12:00:00 TP0] `
-    re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?P<rank>(?: [A-Z]{2}\d+)*)\] ?"),
-    # vLLM's own logger: `ERROR 01-12 02:58:31 [multiproc_executor.py:654] `
-    re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{2}-\d{2} [\d:.]+ \[[^\]]*\] ?"),
-    # Python logging default: `2025-06-08 21:06:35,733 - ERROR - ` (optionally a logger name)
-    re.compile(r"^\d{4}-\d{2}-\d{2} [\d:,.]+ - (?:[\w.]+ - )?[A-Z]+ - "),
-    # torch.distributed rank prefix: `[rank0]: `
-    re.compile(r"^\[rank(?P<trank>\d+)\]:? ?"),
-)
-
-_PYSPY_PROCESS = re.compile(r"^\s*Process (?P<pid>\d+): (?P<title>.*)$")
-_PYSPY_PYTHON = re.compile(r"^\s*Python v\d+\.\d+")
-_PYSPY_THREAD = re.compile(
-    r"^\s*Thread (?:(?P<tid>0x[0-9A-Fa-f]+|\d+) )?\((?P<state>[a-z+]+)\): \"(?P<name>[^\"]*)\""
-)
-_PYSPY_FRAME = re.compile(r"^\s{2,}(?P<name>[^\s()][^()]{0,300}?) \((?P<where>[^()]{1,400})\)$")
-_PYSPY_WHERE = re.compile(r"^(?P<file>.*?):(?P<line>\d+)$")
-_PYSPY_LOCALS = re.compile(r"^\s{2,}(?:Arguments|Locals):$|^\s{6,}\S")
-_SGLANG_DUMP = re.compile(r"Pyspy dump for PID (?P<pid>\d+):")
-
-_FH_THREAD = re.compile(
-    r"^(?:(?P<current>Current thread)|Thread) (?P<tid>0x[0-9a-fA-F]+) \(most recent call first\):"
-    r"|^(?P<stack>Stack) \(most recent call first\):"
-)
-_FH_FRAME = re.compile(
-    r'^\s+File "(?P<file>[^"]{1,400})", line (?P<line>\d+) in (?P<name>\S{1,300})'
-)
-
-_GDB_THREAD = re.compile(
-    r"^Thread (?P<n>\d+) \(Thread (?P<tid>0x[0-9a-f]+)(?: \(LWP (?P<lwp>\d+)\))?"
-)
-_GDB_FRAME = re.compile(
-    r"^#(?P<n>\d+)\s+(?:0x[0-9a-f]+ in )?(?P<name>[^\s(]{1,300}|internal driver call|\?\?)"
-    r"(?: \((?P<args>[^)]{0,400})\)?)?(?: at (?P<file>\S+?):(?P<line>\d+)| from (?P<lib>\S+))?"
-)
-
-_TB_START = re.compile(r"^Traceback \(most recent call last\):")
-_TB_FRAME = re.compile(
-    r'^\s+File "(?P<file>[^"]{1,400})", line (?P<line>\d+), in (?P<name>\S{1,300})'
-)
-_TB_END = re.compile(
-    r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Warning|Dead\w*))(?::|$)"
+from watchdog.sources.logstackformats import (
+    FH_FRAME,
+    FH_THREAD,
+    GDB_FRAME,
+    GDB_THREAD,
+    PYSPY_FRAME,
+    PYSPY_LOCALS,
+    PYSPY_PROCESS,
+    PYSPY_PYTHON,
+    PYSPY_THREAD,
+    PYSPY_WHERE,
+    SGLANG_DUMP,
+    TB_END,
+    TB_FRAME,
+    TB_START,
+    strip_prefixes,
 )
 
 
@@ -108,29 +77,6 @@ class _Dump:
         return self.threads[-1]
 
 
-def strip_prefixes(line: str) -> tuple[str, str, int | None]:
-    """The message without engine prefixes, the stream key they name, and a pid if any."""
-    key, pid = "", None
-    for _ in range(6):
-        for pattern in _PREFIXES:
-            m = pattern.match(line)
-            if m is None:
-                continue
-            groups = m.groupdict()
-            if groups.get("pid"):
-                pid = int(groups["pid"])
-                key = f"{groups['proc']} pid={pid}"
-            elif (groups.get("rank") or "").strip():
-                key = key or groups["rank"].strip()
-            elif groups.get("trank"):
-                key = key or f"rank{groups['trank']}"
-            line = line[m.end() :]
-            break
-        else:
-            break
-    return line, key, pid
-
-
 class StackScanner:
     """Feed it cleaned log lines in order; it hands back each dump once it has ended."""
 
@@ -161,7 +107,7 @@ class StackScanner:
                 dump.gap += 1
             if dump.gap > self.max_gap:
                 out += self._close(key, source)
-        m = _SGLANG_DUMP.search(msg)
+        m = SGLANG_DUMP.search(msg)
         if m is not None:
             self._pending_pid[key] = (int(m.group("pid")), raw)
         return out
@@ -184,33 +130,33 @@ class StackScanner:
         return out
 
     def _start(self, msg: str, key: str, pid: int | None, raw: str) -> _Dump | None:
-        m = _PYSPY_PROCESS.match(msg)
+        m = PYSPY_PROCESS.match(msg)
         if m is not None:
             return _Dump("py-spy", int(m.group("pid")), m.group("title").strip(), key, raw)
-        m = _PYSPY_THREAD.match(msg)
+        m = PYSPY_THREAD.match(msg)
         if m is not None:
             pend = self._pending_pid.pop(key, None)
             dump = _Dump("py-spy", pend[0] if pend else pid, key, key, pend[1] if pend else raw)
             self._pyspy_thread(dump, m)
             return dump
-        m = _FH_THREAD.match(msg)
+        m = FH_THREAD.match(msg)
         if m is not None:
             dump = _Dump("faulthandler", pid, key, key, raw)
             self._fh_thread(dump, m)
             return dump
-        m = _GDB_THREAD.match(msg)
+        m = GDB_THREAD.match(msg)
         if m is not None:
             dump = _Dump("gdb", pid, key, key, raw)
             dump.threads.append(
                 _Thread(int(m.group("lwp") or m.group("n")), f"Thread {m.group('n')}")
             )
             return dump
-        m = _GDB_FRAME.match(msg) if msg.startswith("#0 ") else None
+        m = GDB_FRAME.match(msg) if msg.startswith("#0 ") else None
         if m is not None:
             dump = _Dump("gdb", pid, key, key, raw)
             self._add(dump, self._gdb_frame(m))
             return dump
-        if _TB_START.match(msg):
+        if TB_START.match(msg):
             return _Dump("traceback", pid, key, key, raw, reverse=True)
         return None
 
@@ -224,36 +170,36 @@ class StackScanner:
 
     def _continue(self, dump: _Dump, msg: str) -> bool:
         if dump.fmt == "py-spy":
-            if _PYSPY_PYTHON.match(msg) or _PYSPY_LOCALS.match(msg) and dump.threads:
+            if PYSPY_PYTHON.match(msg) or PYSPY_LOCALS.match(msg) and dump.threads:
                 return True
-            m = _PYSPY_THREAD.match(msg)
+            m = PYSPY_THREAD.match(msg)
             if m is not None:
                 self._pyspy_thread(dump, m)
                 return True
-            m = _PYSPY_FRAME.match(msg)
+            m = PYSPY_FRAME.match(msg)
             if m is not None and dump.threads:
                 self._add(dump, self._pyspy_frame(m))
                 return True
             return False
         if dump.fmt == "faulthandler":
-            m = _FH_THREAD.match(msg)
+            m = FH_THREAD.match(msg)
             if m is not None:
                 self._fh_thread(dump, m)
                 return True
-            m = _FH_FRAME.match(msg)
+            m = FH_FRAME.match(msg)
             if m is not None:
                 self._add(dump, _frame(m.group("name"), m.group("file"), int(m.group("line"))))
                 return True
             return msg.strip() in ("<no Python frame>", "...")
         if dump.fmt == "gdb":
-            m = _GDB_THREAD.match(msg)
+            m = GDB_THREAD.match(msg)
             if m is not None:
                 if len(dump.threads) < self.max_threads:
                     dump.threads.append(
                         _Thread(int(m.group("lwp") or m.group("n")), f"Thread {m.group('n')}")
                     )
                 return True
-            m = _GDB_FRAME.match(msg)
+            m = GDB_FRAME.match(msg)
             if m is not None:
                 if m.group("n") == "0" and dump.threads and dump.threads[-1].frames:
                     dump.threads.append(_Thread(0, ""))  # a second `bt` without a thread header
@@ -263,7 +209,7 @@ class StackScanner:
         return self._traceback(dump, msg)
 
     def _traceback(self, dump: _Dump, msg: str) -> bool:
-        m = _TB_FRAME.match(msg)
+        m = TB_FRAME.match(msg)
         if m is not None:
             self._add(dump, _frame(m.group("name"), m.group("file"), int(m.group("line"))))
             return True
@@ -271,7 +217,7 @@ class StackScanner:
             return False
         if msg.startswith((" ", "\t")) and dump.threads and msg.strip():
             return True  # the source line (and `^^^^` markers) under a frame
-        m = _TB_END.match(msg)
+        m = TB_END.match(msg)
         if m is not None and dump.threads:
             dump.exc = msg.strip()[:300]
             dump.gap = self.max_gap  # the next unrelated line ends it
@@ -300,7 +246,7 @@ class StackScanner:
     @staticmethod
     def _pyspy_frame(m: re.Match[str]) -> dict[str, Any]:
         where = m.group("where")
-        w = _PYSPY_WHERE.match(where)
+        w = PYSPY_WHERE.match(where)
         if w is not None:
             return _frame(m.group("name").strip(), w.group("file"), int(w.group("line")))
         return _frame(m.group("name").strip(), where, 0)  # --native: the library, no line
