@@ -210,3 +210,34 @@ def test_live_log_source_turns_a_dump_in_the_log_into_stack_evidence(
     v = final(tl.obs, sigs, Thresholds())
     assert (v.state, v.signature) == ("hung", "flashinfer_allreduce_fusion_hang")
     assert any("from the log" in e.detail for e in v.evidence)
+
+
+# -- known-bad versions from the same threads, checked by preflight ------------------------
+
+
+def test_nccl_2289_warns_on_any_gpu_and_the_fix_passes(sigs: SignatureSet) -> None:
+    from tests.test_preflight import inventory
+    from watchdog.preflight.checks_versions import check_known_bad
+
+    inv = inventory("12.1")  # GB10 (DGX Spark), as in vllm #52504
+    bad = {"nvidia-nccl-cu13": "2.28.9"}
+    (result,) = check_known_bad(sigs.known_bad, bad, inv, None)
+    assert result.status == "WARN" and "52504" in " ".join(result.details["references"])
+    assert any("2.30.4" in f for f in result.fixes)
+    (ok,) = check_known_bad(sigs.known_bad, {"nvidia-nccl-cu13": "2.30.4"}, inv, None)
+    assert ok.status == "PASS"
+
+
+def test_preflight_reads_the_packages_known_bad_entries_name(tmp_path: Path) -> None:
+    """The real interpreter, with a distribution only a known-bad entry names on its path."""
+    import os
+    import sys
+
+    from tests.test_pyenv import write_dist
+    from watchdog.preflight.runner import PreflightOptions, read_versions
+
+    write_dist(tmp_path / "site", "nvidia-nccl-cu12", "2.21.5")
+    opts = PreflightOptions(environ={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    got, err = read_versions(opts, sys.executable, ["nvidia-nccl-cu12"])
+    assert err is None and got is not None
+    assert got["nvidia-nccl-cu12"] == "2.21.5"
