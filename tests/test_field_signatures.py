@@ -241,3 +241,30 @@ def test_preflight_reads_the_packages_known_bad_entries_name(tmp_path: Path) -> 
     got, err = read_versions(opts, sys.executable, ["nvidia-nccl-cu12"])
     assert err is None and got is not None
     assert got["nvidia-nccl-cu12"] == "2.21.5"
+
+
+# -- ranks that diverged (core/divergence.py) ---------------------------------------------
+
+
+def test_divergence_names_the_rank_behind() -> None:
+    from watchdog.core.divergence import divergence
+
+    found = divergence(lines("n73_vllm23448_ranks_at_different_seqnum.log"))
+    assert found is not None and "rank 3 is behind" in found
+    other = divergence(lines("n74_nccl1409_ranks_in_different_collectives.log"))
+    assert other is not None and "different collectives at the same step" in other
+    assert divergence(lines("n75_llamafactory7396_all_ranks_same_collective.log")) is None
+    assert divergence(lines("n50_vllm42354_watchdog_allgather_timeout.log")) is None  # one rank
+
+
+def test_live_watchdog_names_divergence_from_the_window(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(
+        tl, 20, first_logs=events(lines("n73_vllm23448_ranks_at_different_seqnum.log"), sigs)
+    )
+    v = final(tl.obs, sigs)
+    assert v.signature == "rank_divergence"
+    assert any("rank 3 is behind" in e.detail for e in v.evidence)
+    same = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(same, 20, first_logs=events(lines("n78_pt118369_all_ranks_broadcast_880.log"), sigs))
+    assert final(same.obs, sigs).signature == "collective_hang"

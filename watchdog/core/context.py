@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from watchdog.config import Config
+from watchdog.core.divergence import divergence
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Evidence, Observation, StackSample
 from watchdog.core.window import Window
@@ -101,6 +102,12 @@ class Context:
             if o.stacks:
                 return o.stacks + from_log
         return from_log
+
+    @cached_property
+    def derived_lines(self) -> tuple[str, ...]:
+        """Lines the window's log implies but no process wrote: ranks that diverged."""
+        found = divergence(ev.line for o in self.recent(float("inf")) for ev in o.logs)
+        return (found,) if found else ()
 
     def capture_problems(self) -> tuple[Evidence, ...]:
         errs = {(s.error, s.fix) for s in self.stacks if s.error}

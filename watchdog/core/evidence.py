@@ -17,6 +17,7 @@ def _log(rule: Rule, ctx: Context) -> str | None:
     hits = [
         ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)
     ]
+    hits += [line for line in ctx.derived_lines if rule.pattern.search(line)]
     if not hits:
         return None
     more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from watchdog.core.divergence import divergence
 from watchdog.core.evidence import match_stacks
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import LogEvent, StackSample
@@ -49,6 +50,9 @@ def name_signatures(
 ) -> list[LogMatch]:
     """Every signature the log identifies, best first."""
     events = list(events)
+    derived = divergence(e.line for e in events)
+    if derived is not None:  # ranks in different collectives (core/divergence.py)
+        events.append(LogEvent(kind="line", line=derived, source="derived"))
     stall = log_stall(events)
     stacks = log_stacks(events)
     found: list[LogMatch] = []
