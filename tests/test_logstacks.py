@@ -3,9 +3,12 @@ prefixes, interleaving, and random or truncated input (no exception, bounded out
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
+
+import pytest
 
 from watchdog.core.logdumps import log_stacks
 from watchdog.sources.linesplit import LineSplitter
@@ -230,3 +233,30 @@ def test_fuzzed_and_truncated_input_never_raises_and_stays_bounded() -> None:
     for ev in out:
         assert len(ev.fields["threads"]) <= 8
         assert all(len(t["frames"]) <= 50 for t in ev.fields["threads"])
+
+
+def test_a_dump_in_one_journal_record_reaches_the_log_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang logs its py-spy dump as one record; journald keeps it as one multi-line MESSAGE.
+    A real `journalctl` stand-in serves it; the live LogSource finds the dump in it."""
+    from tests.test_journal import STANDIN, install_journalctl
+    from watchdog.sources.journal import JournalReader
+    from watchdog.sources.logs import LogSource
+
+    install_journalctl(tmp_path, monkeypatch, STANDIN)
+    monkeypatch.setenv("STANDIN_OUT", str(tmp_path / "out"))
+    dump = "\n".join(lines("n02_sgl12076_compose_pyspy_dump_eagle.log")[15:])
+    record = {"__CURSOR": "s=1", "MESSAGE": dump}
+    (tmp_path / "out").write_text(json.dumps(record) + "\n")
+    source = LogSource([JournalReader("sglang.service", output="json")])
+    found = []
+    try:
+        deadline = time.monotonic() + 20
+        while not found and time.monotonic() < deadline:
+            found = [e for e in source.poll() if e.kind == "stack"]
+            time.sleep(0.05)
+    finally:
+        source.close()
+    assert found and found[0].fields["pid"] == 309
+    assert found[0].fields["title"] == "sglang::scheduler_TP6"
