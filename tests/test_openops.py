@@ -169,3 +169,10 @@ def test_live_open_operation_without_a_stall_is_no_verdict(sigs: SignatureSet) -
     tl.ticks(40)
     v = final(tl.obs, sigs)
     assert not v.is_hang  # nothing pending: an idle server with an old init line
+
+
+def test_stuck_with_a_bundle_is_a_usage_error() -> None:
+    bundle = Path(__file__).parent / "data" / "replay" / "trtllm_bundle"
+    done = replay(bundle, "--stuck")
+    assert done.returncode == 2
+    assert "--stuck applies to a plain server log" in done.stderr

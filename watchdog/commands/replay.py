@@ -51,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     path = args.input
     name = "<stdin>" if path == "-" else path
+    stuck = getattr(args, "stuck", False)
     try:
         if path != "-" and Path(path).is_dir():
+            if stuck:
+                return _stuck_misuse(name)
             return _bundle(Path(path), sigs, args.json)
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except (OSError, ValueError) as exc:
@@ -62,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"hang-watchdog replay: {name} is empty; nothing to replay", file=sys.stderr)
         return 2
     if _looks_like_timeline(data):
+        if stuck:
+            return _stuck_misuse(name)
         # Parse the bytes already read: stdin cannot be read twice, and "-" is no path.
         from watchdog.core.timeline import parse_timeline
 
@@ -71,7 +76,16 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"hang-watchdog replay: {exc}", file=sys.stderr)
             return 2
-    return plain_log(data, sigs, args.json, stuck=getattr(args, "stuck", False))
+    return plain_log(data, sigs, args.json, stuck=stuck)
+
+
+def _stuck_misuse(name: str) -> int:
+    print(
+        f"hang-watchdog replay: --stuck applies to a plain server log; {name} is an incident "
+        "bundle or timeline, whose recorded observations already hold the stall (drop --stuck)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Thresholds) -> Verdict:

@@ -6,10 +6,12 @@ recorded incident and tests need no sleeping.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Verdict
-from watchdog.core.openops import load_ops, open_operations, stuck_cause
+from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
 
@@ -103,7 +105,10 @@ def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
     return "idle", "no work pending"
 
 
-_OPS = load_ops()
+@lru_cache(maxsize=1)
+def _ops() -> tuple[OpDef, ...]:
+    """The shipped operation table, read once on first use (nothing happens at import)."""
+    return load_ops()
 
 
 def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | None:
@@ -111,7 +116,7 @@ def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | Non
     fetch, a communicator init, a JIT build) is named by the signature that operation points
     to, the same evidence `replay --stuck` uses (core/openops.py)."""
     lines = [ev.line for o in ctx.window for ev in o.logs if ev.kind != "stack"]
-    cause = stuck_cause(open_operations(lines, _OPS))
+    cause = stuck_cause(open_operations(lines, _ops()))
     sig = sigs.get(cause.signature or "") if cause is not None else None
     if cause is None or sig is None:
         return None
