@@ -176,3 +176,34 @@ def test_stuck_with_a_bundle_is_a_usage_error() -> None:
     done = replay(bundle, "--stuck")
     assert done.returncode == 2
     assert "--stuck applies to a plain server log" in done.stderr
+
+
+# tensorrt_llm/_torch/autotuner.py logs `[Autotuner] Autotuning process starts ...` and
+# `[Autotuner] Autotuning process ends`; its per-rank logger prefixes `[RANK n]` and mpirun
+# `n: ` (TensorRT-LLM PR #13998 log). No thread holds a rank stuck in autotuning, so these
+# lines are built from those two formats.
+def _tune(rank: int, t: str, what: str) -> str:
+    return (
+        f"{rank}: [05/12/2026-05:01:{t}] [TRT-LLM] [I] [_torch  ] [RANK {rank}] [Autotuner] {what}"
+    )
+
+
+def test_one_rank_still_autotuning_after_its_peers_is_behind() -> None:
+    lines = [
+        _tune(0, "16", "Autotuning process starts ..."),
+        _tune(1, "16", "Autotuning process starts ..."),
+        _tune(0, "40", "Autotuning process ends"),
+    ]
+    (op,) = open_operations(lines, OPS)
+    assert op.who == "RANK 1" and op.peers_done == ("RANK 0",)
+    assert op.signature == "rank_divergence"
+    assert op.open_s == 24.0
+    assert "RANK 0 finished it: this one is behind" in op.describe()
+
+
+def test_autotuning_in_progress_on_every_rank_points_nowhere() -> None:
+    lines = [_tune(r, "16", "Autotuning process starts ...") for r in (0, 1)]
+    ops = open_operations(lines, OPS)
+    assert {o.who for o in ops} == {"RANK 0", "RANK 1"}
+    assert all(o.signature is None for o in ops)
+    assert stuck_cause(ops) is None

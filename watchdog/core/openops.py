@@ -33,6 +33,7 @@ class OpDef:
     fail: re.Pattern[str] | None
     signature: str
     note: str
+    behind_signature: str = ""
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,12 @@ class OpenOp:
     since: str | None  # its timestamp as the log wrote it
     open_s: float | None  # seconds from its start to the log's last timestamp
     progress_after: bool  # the server made progress after it started: not what blocks it
+    peers_done: tuple[str, ...] = ()  # other processes that finished the same operation
 
     @property
     def signature(self) -> str | None:
+        if self.peers_done and self.op.behind_signature:
+            return self.op.behind_signature
         return self.op.signature or None
 
     def describe(self) -> str:
@@ -61,6 +65,8 @@ class OpenOp:
         text = " ".join(parts) + " and never finished"
         if self.open_s is not None:
             text += f" (open for {self.open_s:.0f} s by the log's own clock)"
+        if self.peers_done:
+            text += f", while {', '.join(self.peers_done)} finished it: this one is behind"
         return text
 
 
@@ -69,6 +75,8 @@ _WHO = (
     re.compile(r"^\[\d{4}-\d{2}-\d{2} [\d:]+(?P<v>(?: [A-Z]{2}\d+)+)\]"),  # SGLang ` TP0`
     re.compile(r"^(?P<v>[\w.-]+:\d+:\d+ \[\d+\]) NCCL "),  # NCCL `host:pid:tid [dev] `
     re.compile(r"^\[(?P<v>rank\d+)\]"),  # torch.distributed
+    # TensorRT-LLM's per-rank logger: `[TRT-LLM] [I] [_torch  ] [RANK 6] ...` (PR #13998 log)
+    re.compile(r"^(?:\d+: )?(?:\[[^\]]*\] ){0,4}\[(?P<v>RANK \d+)\]"),
 )
 _TIMES = (
     (re.compile(r"\b(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})"), "%Y-%m-%d %H:%M:%S"),
@@ -76,6 +84,8 @@ _TIMES = (
         re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})"),
         "%m-%d %H:%M:%S",
     ),
+    # TensorRT-LLM: `[12/20/2025-04:21:10] [TRT-LLM] [I] ...`
+    (re.compile(r"\[(\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\]"), "%m/%d/%Y-%H:%M:%S"),
 )
 # Lines that show the server moving: an operation open before one of them is not what blocks it.
 _PROGRESS = re.compile(
@@ -90,7 +100,7 @@ def _stamp(line: str) -> tuple[str, float, int] | None:
         m = pattern.search(line)
         if m is None:
             continue
-        text = m.group(1).replace("T", " ")
+        text = m.group(1).replace("T", " ") if n == 0 else m.group(1)
         if "%Y" not in fmt:  # vLLM writes no year: any fixed (leap) year orders the lines
             text, fmt = f"2000-{text}", f"%Y-{fmt}"
         try:
@@ -126,6 +136,7 @@ def load_ops(text: str | None = None) -> tuple[OpDef, ...]:
                     fail=re.compile(e["fail"]) if e.get("fail") else None,
                     signature=str(e.get("signature") or ""),
                     note=str(e.get("note") or ""),
+                    behind_signature=str(e.get("behind_signature") or ""),
                 )
             )
         except (KeyError, TypeError, re.error) as exc:
@@ -159,6 +170,7 @@ def open_operations(lines: Iterable[str], ops: Sequence[OpDef]) -> list[OpenOp]:
     """The operations started in `lines` and never finished, oldest first."""
     lines = list(lines)
     started: list[tuple[OpDef, int, str, str]] = []  # (op, index, who, key)
+    finished: dict[str, set[str]] = {}  # op id -> the processes that finished one
     last_progress = -1
     last_stamp: dict[int, float] = {}
     for i, line in enumerate(lines):
@@ -169,7 +181,8 @@ def open_operations(lines: Iterable[str], ops: Sequence[OpDef]) -> list[OpenOp]:
             last_progress = i
         who = _who(line)
         for op in ops:
-            _close(started, op, line, who)
+            if _close(started, op, line, who):
+                finished.setdefault(op.id, set()).add(who)
             m = op.start.search(line)
             if m is not None:
                 started.append((op, i, who, (m.groupdict().get("key") or "")))
@@ -186,16 +199,18 @@ def open_operations(lines: Iterable[str], ops: Sequence[OpDef]) -> list[OpenOp]:
                 since=st[0] if st else None,
                 open_s=open_s if open_s is None or open_s >= 0 else None,
                 progress_after=last_progress > i,
+                peers_done=tuple(sorted(w for w in finished.get(op.id, ()) if w and w != who)),
             )
         )
     return out
 
 
-def _close(started: list[tuple[OpDef, int, str, str]], op: OpDef, line: str, who: str) -> None:
-    """An end (or failure) line closes the newest matching start: same key, else same process."""
+def _close(started: list[tuple[OpDef, int, str, str]], op: OpDef, line: str, who: str) -> bool:
+    """An end (or failure) line closes the newest matching start: same key, else same process.
+    True when the line ended one."""
     m = op.end.search(line) or (op.fail.search(line) if op.fail is not None else None)
     if m is None:
-        return
+        return False
     key = m.groupdict().get("key") or ""
     mine = [j for j, entry in enumerate(started) if entry[0] is op]
     if key:
@@ -203,6 +218,7 @@ def _close(started: list[tuple[OpDef, int, str, str]], op: OpDef, line: str, who
     same = [j for j in mine if started[j][2] == who] or mine
     if same:
         del started[same[-1]]
+    return True
 
 
 def stuck_cause(open_ops: Sequence[OpenOp]) -> OpenOp | None:
