@@ -260,3 +260,27 @@ def test_a_dump_in_one_journal_record_reaches_the_log_source(
         source.close()
     assert found and found[0].fields["pid"] == 309
     assert found[0].fields["title"] == "sglang::scheduler_TP6"
+
+
+def _tb(exc: str) -> list[str]:
+    # cpython Lib/traceback.py format; the frames are those of sglang #29073's py-spy dump.
+    return [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.12/site-packages/flashinfer/comm/allreduce.py", line 442, '
+        "in create_allreduce_fusion_workspace",
+        "    workspace = MNNVLAllReduceFusionWorkspace(...)",
+        '  File "/usr/lib/python3.12/site-packages/torch/distributed/_symmetric_memory/'
+        '__init__.py", line 1991, in rendezvous',
+        "    return _SymmetricMemory.rendezvous(tensor, group_name)",
+        exc,
+    ]
+
+
+def test_a_raised_exception_is_no_parked_thread_but_an_interrupted_wait_is() -> None:
+    raised = log_stacks(scan_lines(_tb("RuntimeError: CUDA driver error")))
+    assert raised == ()
+    (waited,) = log_stacks(scan_lines(_tb("KeyboardInterrupt")))
+    assert [f.name for f in waited.threads[0].frames] == [
+        "rendezvous",
+        "create_allreduce_fusion_workspace",
+    ]

@@ -115,7 +115,16 @@ def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | Non
     """A stall that lasts inside an operation the log started and never finished (a cubin
     fetch, a communicator init, a JIT build) is named by the signature that operation points
     to, the same evidence `replay --stuck` uses (core/openops.py)."""
-    lines = [ev.line for o in ctx.window for ev in o.logs if ev.kind != "stack"]
+    # Only what started since the server last made progress: an operation it moved past is
+    # not what blocks it (the same rule as `progress_after` in a replayed log).
+    since = ctx.window.progress.last_progress_t
+    lines = [
+        ev.line
+        for o in ctx.window
+        if since is None or o.t >= since
+        for ev in o.logs
+        if ev.kind != "stack"
+    ]
     cause = stuck_cause(open_operations(lines, _ops()))
     sig = sigs.get(cause.signature or "") if cause is not None else None
     if cause is None or sig is None:

@@ -3,6 +3,11 @@
 A dump from the log counts as one dump: its threads are never `unchanged`. A thread is
 `unchanged` only when the previous dump of the same process in the log holds the same thread
 with the same frames, the rule the watchdog's own py-spy pairs follow (sources/stacks.py).
+
+A traceback that ends in an exception shows where code failed, not where a thread waits, so it
+is no stack evidence (a recovered error must not look like a parked thread). The exceptions a
+hung process is stopped with are: KeyboardInterrupt (Ctrl-C, vllm #5484 "On 2nd Ctrl-C, still
+hangs but dumps this") and SystemExit show where it was waiting, and count.
 """
 
 from __future__ import annotations
@@ -38,6 +43,17 @@ def _threads(raw: Any) -> tuple[ThreadStack, ...]:
     return tuple(out)
 
 
+_WAITED = ("KeyboardInterrupt", "SystemExit")
+
+
+def _raised(ev: LogEvent) -> bool:
+    """A traceback of an exception raised by the code itself (not an interrupt of a wait)."""
+    exc = ev.fields.get("exception")
+    if ev.fields.get("format") != "traceback" or not exc:
+        return False
+    return not str(exc).split(":", 1)[0].rsplit(".", 1)[-1].startswith(_WAITED)
+
+
 def _key(ev: LogEvent) -> tuple[Any, ...]:
     f = ev.fields
     return (f.get("pid"), f.get("title"), f.get("stream"), f.get("format"))
@@ -49,7 +65,7 @@ def log_stacks(events: Iterable[LogEvent]) -> tuple[StackSample, ...]:
     previous: dict[tuple[Any, ...], tuple[ThreadStack, ...]] = {}
     titles: dict[tuple[Any, ...], tuple[int, str]] = {}
     for ev in events:
-        if ev.kind != "stack":
+        if ev.kind != "stack" or _raised(ev):
             continue
         key = _key(ev)
         if key in latest:
