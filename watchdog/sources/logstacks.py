@@ -101,10 +101,8 @@ class StackScanner:
             self._open[key] = started
             return out
         if dump is not None:
-            if not msg.strip():
-                dump.gap += 1 if dump.fmt != "py-spy" else 0
-            else:
-                dump.gap += 1
+            # py-spy separates threads with blank lines; elsewhere a blank line is a gap too
+            dump.gap += 0 if dump.fmt == "py-spy" and not msg.strip() else 1
             if dump.gap > self.max_gap:
                 out += self._close(key, source)
         m = SGLANG_DUMP.search(msg)
@@ -170,43 +168,52 @@ class StackScanner:
 
     def _continue(self, dump: _Dump, msg: str) -> bool:
         if dump.fmt == "py-spy":
-            if PYSPY_PYTHON.match(msg) or PYSPY_LOCALS.match(msg) and dump.threads:
-                return True
-            m = PYSPY_THREAD.match(msg)
-            if m is not None:
-                self._pyspy_thread(dump, m)
-                return True
-            m = PYSPY_FRAME.match(msg)
-            if m is not None and dump.threads:
-                self._add(dump, self._pyspy_frame(m))
-                return True
-            return False
+            return self._pyspy(dump, msg)
         if dump.fmt == "faulthandler":
-            m = FH_THREAD.match(msg)
-            if m is not None:
-                self._fh_thread(dump, m)
-                return True
-            m = FH_FRAME.match(msg)
-            if m is not None:
-                self._add(dump, _frame(m.group("name"), m.group("file"), int(m.group("line"))))
-                return True
-            return msg.strip() in ("<no Python frame>", "...")
+            return self._faulthandler(dump, msg)
         if dump.fmt == "gdb":
-            m = GDB_THREAD.match(msg)
-            if m is not None:
-                if len(dump.threads) < self.max_threads:
-                    dump.threads.append(
-                        _Thread(int(m.group("lwp") or m.group("n")), f"Thread {m.group('n')}")
-                    )
-                return True
-            m = GDB_FRAME.match(msg)
-            if m is not None:
-                if m.group("n") == "0" and dump.threads and dump.threads[-1].frames:
-                    dump.threads.append(_Thread(0, ""))  # a second `bt` without a thread header
-                self._add(dump, self._gdb_frame(m))
-                return True
-            return False
+            return self._gdb(dump, msg)
         return self._traceback(dump, msg)
+
+    def _pyspy(self, dump: _Dump, msg: str) -> bool:
+        if PYSPY_PYTHON.match(msg) or (PYSPY_LOCALS.match(msg) and dump.threads):
+            return True  # `Python v3.12 (...)`, and `--locals` lines under a frame
+        m = PYSPY_THREAD.match(msg)
+        if m is not None:
+            self._pyspy_thread(dump, m)
+            return True
+        m = PYSPY_FRAME.match(msg)
+        if m is not None and dump.threads:
+            self._add(dump, self._pyspy_frame(m))
+            return True
+        return False
+
+    def _faulthandler(self, dump: _Dump, msg: str) -> bool:
+        m = FH_THREAD.match(msg)
+        if m is not None:
+            self._fh_thread(dump, m)
+            return True
+        m = FH_FRAME.match(msg)
+        if m is not None:
+            self._add(dump, _frame(m.group("name"), m.group("file"), int(m.group("line"))))
+            return True
+        return msg.strip() in ("<no Python frame>", "...")
+
+    def _gdb(self, dump: _Dump, msg: str) -> bool:
+        m = GDB_THREAD.match(msg)
+        if m is not None:
+            if len(dump.threads) < self.max_threads:
+                dump.threads.append(
+                    _Thread(int(m.group("lwp") or m.group("n")), f"Thread {m.group('n')}")
+                )
+            return True
+        m = GDB_FRAME.match(msg)
+        if m is None:
+            return False
+        if m.group("n") == "0" and dump.threads and dump.threads[-1].frames:
+            dump.threads.append(_Thread(0, ""))  # a second `bt` without a thread header
+        self._add(dump, self._gdb_frame(m))
+        return True
 
     def _traceback(self, dump: _Dump, msg: str) -> bool:
         m = TB_FRAME.match(msg)
