@@ -38,8 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--stuck",
         action="store_true",
-        help="the server is hung now: an open operation the log ends inside becomes the "
-        "verdict (plain logs; see docs/field-knowledge.md)",
+        help="the server is hung now: the operation a plain log ends inside (a cubin fetch, a "
+        "communicator init, a JIT build) becomes the verdict",
     )
 
 

@@ -80,7 +80,7 @@ class _Dump:
 class StackScanner:
     """Feed it cleaned log lines in order; it hands back each dump once it has ended."""
 
-    def __init__(self, *, max_gap: int = 3, max_frames: int = 200, max_threads: int = 256) -> None:
+    def __init__(self, *, max_gap: int = 3, max_frames: int = 128, max_threads: int = 128) -> None:
         self.max_gap, self.max_frames, self.max_threads = max_gap, max_frames, max_threads
         self._open: dict[str, _Dump] = {}
         self._pending_pid: dict[str, tuple[int, str]] = {}  # SGLang's "Pyspy dump for PID N:"
