@@ -284,3 +284,13 @@ def test_a_raised_exception_is_no_parked_thread_but_an_interrupted_wait_is() -> 
         "rendezvous",
         "create_allreduce_fusion_workspace",
     ]
+
+
+def test_real_native_dump_quoted_from_a_comment() -> None:
+    (d,) = dumps("n83_vllm43885_pyspy_native_culaunchkernel_sampling.log")
+    frames = d["threads"][0]["frames"]
+    assert len(frames) == 17
+    assert frames[0] == {"name": "0x754925c6309a", "filename": "libcuda.so.1.1", "line": 0}
+    names_ = [f["name"] for f in frames]
+    assert "cuLaunchKernel" in names_ and "top_k_mask_logits" in names_
+    assert "flashinfer::sampling::RadixTopKMaskLogitsMultiCTA<float, int>" in names_

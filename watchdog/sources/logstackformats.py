@@ -23,6 +23,8 @@ PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^\d{4}-\d{2}-\d{2} [\d:,.]+ - (?:[\w.]+ - )?[A-Z]+ - "),
     # torch.distributed rank prefix: `[rank0]: `
     re.compile(r"^\[rank(?P<trank>\d+)\]:? ?"),
+    # a dump quoted from a GitHub comment (Markdown blockquote): `> Thread 220 (active): ...`
+    re.compile(r"^> ?"),
 )
 
 PYSPY_PROCESS = re.compile(r"^\s*Process (?P<pid>\d+): (?P<title>.*)$")
