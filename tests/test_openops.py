@@ -207,3 +207,12 @@ def test_autotuning_in_progress_on_every_rank_points_nowhere() -> None:
     assert {o.who for o in ops} == {"RANK 0", "RANK 1"}
     assert all(o.signature is None for o in ops)
     assert stuck_cause(ops) is None
+
+
+def test_api_200s_after_an_open_fetch_are_no_progress() -> None:
+    # spark-vllm-docker #379: the API answers `POST /v1/messages ... 200 OK` while the engine
+    # is stuck; such lines after the fetch must not clear it.
+    api = [x for x in text("s_d_svd379_shm_broadcast_with_api_traffic.log") if "200 OK" in x]
+    assert api
+    (op,) = open_operations(text(FETCH) + api, OPS)
+    assert not op.progress_after and stuck_cause([op]) is op

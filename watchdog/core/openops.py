@@ -88,9 +88,11 @@ _TIMES = (
     (re.compile(r"\[(\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\]"), "%m/%d/%Y-%H:%M:%S"),
 )
 # Lines that show the server moving: an operation open before one of them is not what blocks it.
+# Not uvicorn's `"POST /v1/... HTTP/1.1" 200`: it is logged when a streamed response starts, and
+# the API keeps answering 200 while the engine is wedged (spark-vllm-docker #379).
 _PROGRESS = re.compile(
     r"(?:Decode batch[.,]|Prefill batch[.,]|generation throughput: (?!0\.0 )\d|"
-    r"prompt throughput: (?!0\.0 )\d|\"POST /v1/\S+ HTTP/1\.1\" 200)"
+    r"prompt throughput: (?!0\.0 )\d)"
 )
 
 
