@@ -29,6 +29,15 @@ def _shorten(line: str, limit: int = 300) -> str:
     return f"{line[:half]} … {line[-half:]}"
 
 
+def short_title(title: str, limit: int = 60) -> str:
+    """A process title cut at a word boundary, marked with '…': never `watchdog.sim.vll`."""
+    if len(title) <= limit:
+        return title
+    cut = title[: limit - 1].rstrip()
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip() + " …"
+
+
 def _by_name(rule: Rule, fr: Frame) -> bool:
     # py-spy 0.4 on Python >= 3.11 prints qualified names (`MessageQueue.dequeue`,
     # `Condition.wait`); a rule names the function, so the last dotted part counts too.
@@ -56,8 +65,9 @@ def _stack(rule: Rule, ctx: Context) -> str | None:
                 fr = next((f for f in th.frames if test(rule, f)), None)
                 if fr is not None:
                     still = ", unchanged across two dumps" if th.unchanged else ""
+                    title = short_title(sample.title)
                     return (
-                        f"pid {sample.pid} ({sample.title[:60]}) thread {th.name!r} in {fr.name} "
+                        f"pid {sample.pid} ({title}) thread {th.name!r} in {fr.name} "
                         f"({fr.filename}:{fr.line}){still}"
                     )
     return None

@@ -32,6 +32,7 @@ class Built:
     server: Any = None  # MetricsServer
     metrics: Any = None  # MetricsSink
     episodes: Any = None  # EpisodeHook
+    stdin: Any = None  # the StreamReader of `--log-file -`: its EOF means the pipe closed
     extras: list[Any] = field(default_factory=list)
 
     def close(self) -> None:
@@ -46,17 +47,22 @@ def build(
     """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
     sigs = sigs or load_signatures(cfg.signatures)
     supervisor = Supervisor(cfg.command) if cfg.command else None
+    logs = _logs(cfg, sigs, supervisor)
     sources = Sources(
         gpu=_gpu(cfg),
-        logs=_logs(cfg, sigs, supervisor),
+        logs=logs,
         server=_server(cfg),
         procs=_procs(cfg, supervisor),
         facts=_facts(cfg),
     )
     if sources.procs is not None:
         sources.conns = _conns(cfg)
-    daemon = Daemon(cfg, sigs, sources, emitter=emitter or Emitter(cfg.log_format))
-    built = Built(daemon=daemon, supervisor=supervisor)
+    emitter = emitter or Emitter(cfg.log_format)
+    if emitter.remediation is None:
+        emitter.remediation = lambda v: remediation_line(cfg, sigs, v)
+    daemon = Daemon(cfg, sigs, sources, emitter=emitter)
+    stdin = [r for r in getattr(logs, "_readers", ()) if getattr(r, "name", "") == "stdin"]
+    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin[0] if stdin else None)
     _metrics(cfg, sigs, built)
     _episodes(cfg, built)
     _remediation(cfg, sigs, built)
@@ -67,6 +73,10 @@ def build(
 def _gpu(cfg: Config) -> Any:
     from watchdog.sources.gpusource import make_gpu_source
 
+    if cfg.gpu_source.strip() == "none":
+        # Off on purpose: no source at all, so no `source_up{source="gpu"} 0` for
+        # HangWatchdogBlind to fire on, and no poll deadline to miss.
+        return None
     try:
         return make_gpu_source(cfg.gpu_source)
     except ValueError as exc:
@@ -129,7 +139,24 @@ def _conns(cfg: Config) -> Any:
         hosts = CdnHosts(cfg.cdn_hosts, default=DEFAULT_CDN if cfg.cdn_default else None)
     except ValueError as exc:
         raise ConfigError(f"key 'cdn_hosts': {exc}") from exc
-    return ConnSource(hosts, Resolver())
+    # The default CDN not resolving is normal on an air-gapped host: said once, quietly.
+    quiet = frozenset({DEFAULT_CDN[0]}) if cfg.cdn_default else frozenset()
+    return ConnSource(hosts, Resolver(quiet=quiet))
+
+
+def remediation_line(cfg: Config, sigs: SignatureSet, verdict: Any) -> str:
+    """What remediation does (or would do) about `verdict`, for the verdict block."""
+    name = cfg.fallback_overrides.get(verdict.signature or "", verdict.fallback)
+    if not verdict.is_hang or not name:
+        return ""
+    fb = sigs.fallbacks.get(name)
+    how = " ".join([*fb.args, *(f"{k}={v}" for k, v in fb.env.items())]) if fb else ""
+    plan = f"restart the server with fallback {name}" + (f" ({how})" if how else "")
+    if not cfg.remediate:
+        return f"off; with --remediate it would {plan}"
+    if cfg.dry_run:
+        return f"dry run: would {plan}"
+    return f"will {plan} (restarter {cfg.restarter}, at most {cfg.max_restarts} per window)"
 
 
 def _facts(cfg: Config) -> Any:
