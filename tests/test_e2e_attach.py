@@ -163,7 +163,7 @@ def test_cubin_stall_bench_attach(
     args += ["--duration", "30", "--until-hang", "--incident-dir", str(tmp_path / "inc")]
     done = diagnose(tmp_path, args)
     assert done.returncode == 1, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}"
-    assert "cause: cubin_download_stall" in done.stdout, done.stdout
+    assert "HUNG  cubin_download_stall (confidence" in done.stdout, done.stdout
     assert list((tmp_path / "inc").iterdir())
 
 

@@ -116,7 +116,7 @@ COMMANDS = ("run", "diagnose", "signatures", "replay", "preflight", "demo", "fal
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hang-watchdog",
-        description="Tells operators that an LLM inference server (vLLM, SGLang, TensorRT-LLM) "
+        description="Tells operators that an LLM inference server (vLLM, SGLang, TensorRT-LLM)\n"
         "is hung, why, and what to do; restarts it with a fallback when allowed.",
         epilog=epilog(
             [
@@ -320,11 +320,11 @@ def _setup_logging(fmt: str) -> None:
 
 
 class _TextFormatter(logging.Formatter):
-    """`2026-01-01T12:00:00Z hang-watchdog warning: ...`: the Emitter's timestamp and form."""
+    """`2026-01-01T12:00:00Z hang-watchdog WARNING: ...`: the Emitter's timestamp and form."""
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime(STAMP, time.gmtime(record.created))
-        return f"{stamp} hang-watchdog {record.levelname.lower()}: {record.getMessage()}"
+        return f"{stamp} hang-watchdog {record.levelname}: {record.getMessage()}"
 
 
 class _JsonFormatter(logging.Formatter):

@@ -98,7 +98,6 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cooldown_s",
             "max_restarts",
             "restart_window_s",
-            "stop_grace_s",
             "recover_within_s",
             "smoke_test",
             "canary",

@@ -31,6 +31,9 @@ def _shorten(line: str, limit: int = 300) -> str:
 
 def short_title(title: str, limit: int = 60) -> str:
     """A process title cut at a word boundary, marked with '…': never `watchdog.sim.vll`."""
+    exe, sep, rest = title.partition(" ")
+    if "/" in exe:  # `/root/.pyenv/versions/3.11.7/bin/python3 -m x`: the path says little
+        title = exe.rsplit("/", 1)[-1] + sep + rest
     if len(title) <= limit:
         return title
     cut = title[: limit - 1].rstrip()

@@ -123,8 +123,8 @@ def format_verdict(v: Verdict, *, color: bool = False, remediation: str = "") ->
         lines += _wrap("what", v.title)
     else:
         lines = [state]
-    why = v.reason or ""
-    if v.seconds_since_progress is not None:
+    why = v.reason if v.reason and v.reason != v.title else ""
+    if v.seconds_since_progress is not None and "no progress for" not in why:
         why = f"no progress for {v.seconds_since_progress:.0f} s" + (f"; {why}" if why else "")
     if why:
         lines += _wrap("why", why)
