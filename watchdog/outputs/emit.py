@@ -107,12 +107,24 @@ def _wrap(label: str, text: str, width: int = WIDTH) -> list[str]:
     out: list[str] = []
     for n, para in enumerate(p for p in text.splitlines() if p.strip()):
         first = f"{label:<12}" if n == 0 else pad
-        out += textwrap.wrap(para, width, initial_indent=first, subsequent_indent=pad) or [first]
+        out += _fill(para, width, first, pad) or [first]
     return out or [label]
 
 
 def _item(text: str, width: int = WIDTH) -> list[str]:
-    return textwrap.wrap(text, width, initial_indent="  - ", subsequent_indent="    ")
+    return _fill(text, width, "  - ", "    ")
+
+
+def _fill(text: str, width: int, first: str, rest: str) -> list[str]:
+    """Wrapped at spaces only: URLs, paths and flags stay whole, so they can be copied."""
+    return textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 def format_verdict(v: Verdict, *, color: bool = False, remediation: str = "") -> str:
