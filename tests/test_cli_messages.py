@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -165,3 +166,10 @@ def test_top_level_help_lists_the_commands_and_the_exit_codes() -> None:
     for command in COMMANDS:
         assert command in listed, command
     assert "exit codes:" in text and "{run,diagnose" not in text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_names_values_in_words_not_internal_names(command: str) -> None:
+    usage = help_of(command).split("\n\n", 1)[0]
+    internal = [w for w in re.findall(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b", usage)]
+    assert internal == [], internal  # e.g. LOG_FILES, WATCH_S, STATE_DIR

@@ -36,16 +36,29 @@ SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="cubin_download_stall")
+    """Flags of `hang-watchdog demo`."""
+    p.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default="cubin_download_stall",
+        help="what the simulated vLLM does (default: cubin_download_stall)",
+    )
     p.add_argument(
         "--workdir", metavar="DIR", help="keep the simulator's files and the incident here"
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up waiting for the hang after this long (default: 60)",
+    )
     p.add_argument(
         "--watch-s",
         type=float,
         default=25.0,
-        help="how long to watch a scenario that should not hang",
+        metavar="SECONDS",
+        help="how long to watch a scenario that should not hang (default: 25)",
     )
 
 

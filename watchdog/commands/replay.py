@@ -29,15 +29,15 @@ UNHEALTHY = frozenset({"hung", "stalled", "dead"})  # exit 1, as `diagnose` (com
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "input",
-        metavar="BUNDLE_OR_TIMELINE_OR_LOG",
-        help="incident directory, timeline.jsonl, a log file, or - for stdin",
+        metavar="INPUT",
+        help="an incident directory, a timeline.jsonl, a server log file, or - for stdin",
     )
     p.add_argument(
         "--signatures",
         action="append",
         default=[],
         metavar="FILE",
-        help="operator signature file (repeatable)",
+        help="operator signature file added to the built-in ones; repeatable",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 

@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         type=float,
         default=3.0,
-        help="deadline for each probe (default 3)",
+        help="deadline for each probe, at most 60 (default: 3)",
     )
     parser.add_argument(
         "--incident-dir", metavar="DIR", help="where incident bundles go (checks free space)"
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-source",
         choices=("nvml", "none"),
         default="nvml",
-        help="where GPU facts come from (none: skip GPU checks)",
+        help="where GPU facts come from; none skips the GPU checks (default: nvml)",
     )
 
 
