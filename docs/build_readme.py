@@ -64,7 +64,9 @@ def configuration() -> str:
 
 def readme() -> str:
     """README.md: the fragments in docs/readme/, in name order."""
-    parts = [f.read_text(encoding="utf-8").strip() + "\n" for f in sorted(ROOT.glob("docs/readme/*.md"))]
+    parts = [
+        f.read_text(encoding="utf-8").strip() + "\n" for f in sorted(ROOT.glob("docs/readme/*.md"))
+    ]
     return "\n".join(parts)
 
 
