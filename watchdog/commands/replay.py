@@ -55,7 +55,12 @@ def run(args: argparse.Namespace) -> int:
             return _bundle(Path(path), sigs, args.json)
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except (OSError, ValueError) as exc:
-        print(f"hang-watchdog replay: cannot read {name}: {exc}", file=sys.stderr)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(
+            f"hang-watchdog replay: cannot read {name}: {why}; give an incident directory, "
+            "a timeline.jsonl, a server log or - for standard input",
+            file=sys.stderr,
+        )
         return 2
     if not data.strip():
         print(f"hang-watchdog replay: {name} is empty; nothing to replay", file=sys.stderr)
