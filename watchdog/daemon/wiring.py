@@ -47,7 +47,7 @@ def build(
     """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
     sigs = sigs or load_signatures(cfg.signatures)
     supervisor = Supervisor(cfg.command) if cfg.command else None
-    logs = _logs(cfg, sigs, supervisor)
+    logs, stdin = _logs(cfg, sigs, supervisor)
     sources = Sources(
         gpu=_gpu(cfg),
         logs=logs,
@@ -58,11 +58,12 @@ def build(
     if sources.procs is not None:
         sources.conns = _conns(cfg)
     emitter = emitter or Emitter(cfg.log_format)
-    if emitter.remediation is None:
-        emitter.remediation = lambda v: remediation_line(cfg, sigs, v)
     daemon = Daemon(cfg, sigs, sources, emitter=emitter)
-    stdin = [r for r in getattr(logs, "_readers", ()) if getattr(r, "name", "") == "stdin"]
-    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin[0] if stdin else None)
+    if emitter.remediation is None:  # the verdict block says what --remediate does about it
+        from watchdog.remediation.describe import remediation_note
+
+        emitter.remediation = lambda v: remediation_note(cfg, sigs, v, daemon.window.progress.facts)
+    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin)
     _metrics(cfg, sigs, built)
     _episodes(cfg, built)
     _remediation(cfg, sigs, built)
@@ -83,14 +84,18 @@ def _gpu(cfg: Config) -> Any:
         raise ConfigError(f"key 'gpu_source': {exc}") from exc
 
 
-def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any:
+def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> tuple[Any, Any]:
+    """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
     from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
+    stdin = None
     for path in cfg.log_files:
-        readers.append(
-            StreamReader(sys.stdin.buffer, "stdin") if path == "-" else FileFollower(path)
-        )
+        if path == "-":
+            stdin = stdin or StreamReader(sys.stdin.buffer, "stdin")
+            readers.append(stdin)
+        else:
+            readers.append(FileFollower(path))
     if cfg.journal_unit:
         from watchdog.sources.journal import JournalReader
 
@@ -98,8 +103,8 @@ def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any
     if supervisor is not None:
         readers.append(supervisor.reader())
     if not readers:
-        return None
-    return LogSource(readers, keep=sigs.log_keep_pattern())
+        return None, None
+    return LogSource(readers, keep=sigs.log_keep_pattern()), stdin
 
 
 def _server(cfg: Config) -> Any:
@@ -142,21 +147,6 @@ def _conns(cfg: Config) -> Any:
     # The default CDN not resolving is normal on an air-gapped host: said once, quietly.
     quiet = frozenset({DEFAULT_CDN[0]}) if cfg.cdn_default else frozenset()
     return ConnSource(hosts, Resolver(quiet=quiet))
-
-
-def remediation_line(cfg: Config, sigs: SignatureSet, verdict: Any) -> str:
-    """What remediation does (or would do) about `verdict`, for the verdict block."""
-    name = cfg.fallback_overrides.get(verdict.signature or "", verdict.fallback)
-    if not verdict.is_hang or not name:
-        return ""
-    fb = sigs.fallbacks.get(name)
-    how = " ".join([*fb.args, *(f"{k}={v}" for k, v in fb.env.items())]) if fb else ""
-    plan = f"restart the server with fallback {name}" + (f" ({how})" if how else "")
-    if not cfg.remediate:
-        return f"off; with --remediate it would {plan}"
-    if cfg.dry_run:
-        return f"dry run: would {plan}"
-    return f"will {plan} (restarter {cfg.restarter}, at most {cfg.max_restarts} per window)"
 
 
 def _facts(cfg: Config) -> Any:
