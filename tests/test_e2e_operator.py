@@ -103,7 +103,10 @@ def test_demo_prints_one_verdict_block_in_one_timestamp_format() -> None:
     stamps = re.findall(r"^(\S+) hang-watchdog ", both, flags=re.M)
     assert stamps and all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", s) for s in stamps)
     assert "does not exist (yet)" not in both  # attached once the simulator's files exist
-    assert "remediation off; with --remediate it would restart the server with fallback" in both
+    assert (
+        "remediation off; with --remediate it would restart with fallback disable_trtllm_attention"
+        in both
+    )
     titles = re.findall(r"pid \d+ \(([^)]*)\) thread", both)
     assert titles and all(t.endswith((" …", "vllm_sim")) or " " in t for t in titles), titles
     assert not [t for t in titles if re.search(r"\.vll$", t)], titles
