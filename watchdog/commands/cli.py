@@ -105,6 +105,15 @@ def _drop_stdout() -> None:
 COMMANDS = ("run", "diagnose", "signatures", "replay", "preflight", "demo", "fallback")
 
 
+class _TopFormatter(argparse.RawDescriptionHelpFormatter):
+    """Lists the commands under `commands:` without argparse's extra `COMMAND` line."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse._SubParsersAction):
+            return "".join(self._format_action(a) for a in action._get_subactions())
+        return super()._format_action(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hang-watchdog",
@@ -118,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
             ],
             supervise=True,
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_TopFormatter,
     )
     parser.add_argument("--version", action="version", version=f"hang-watchdog {__version__}")
     sub = parser.add_subparsers(
