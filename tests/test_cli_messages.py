@@ -162,7 +162,9 @@ def test_diagnose_help_leaves_out_daemon_only_options() -> None:
 
 def test_top_level_help_lists_the_commands_and_the_exit_codes() -> None:
     text = help_of()
-    listed = [line.split()[0] for line in text.splitlines() if line.startswith("    ")]
+    commands = text.split("commands:\n", 1)[1].split("\n\n", 1)[0]
+    listed = re.findall(r"^  (\w+)", commands, flags=re.M)
+    assert "COMMAND" not in listed  # no heading line of argparse's own
     for command in COMMANDS:
         assert command in listed, command
     assert "exit codes:" in text and "{run,diagnose" not in text
