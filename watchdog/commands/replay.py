@@ -19,8 +19,8 @@ from watchdog.core.model import Verdict, to_dict
 from watchdog.core.signatures import SignatureError, SignatureSet, load_signatures
 from watchdog.core.window import Window
 from watchdog.outputs.emit import format_verdict
-from watchdog.sources.linesplit import LineSplitter, split_records
-from watchdog.sources.logparse import clean_line, parse_line
+from watchdog.sources.linesplit import BlockSplitter
+from watchdog.sources.logscan import BlockScanner
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(f"hang-watchdog replay: cannot read {name}: {exc}", file=sys.stderr)
         return 2
-    if not data.strip():
+    if not data or data.isspace():  # not .strip(): that copies a whole day of log
         print(f"hang-watchdog replay: {name} is empty; nothing to replay", file=sys.stderr)
         return 2
     if _looks_like_timeline(data):
@@ -158,7 +158,7 @@ def _changes(old: dict[str, Any], new: Verdict) -> list[str]:
 
 
 def _looks_like_timeline(data: bytes) -> bool:
-    first = data.lstrip()[:1]
+    first = data.lstrip()[:1] if data[:1].isspace() else data[:1]  # lstrip copies: only if needed
     if first != b"{":
         return False
     try:
@@ -169,11 +169,11 @@ def _looks_like_timeline(data: bytes) -> bool:
 
 
 def _plain_log(data: bytes, sigs: SignatureSet, as_json: bool) -> int:
-    keep = sigs.log_keep_pattern()
-    splitter = LineSplitter()
-    lines = splitter.feed(data) + [x for x in [splitter.flush()] if x]
-    records = [rec for raw in lines for rec in split_records(clean_line(raw))]
-    events = [ev for ev in (parse_line(rec, "replay", keep) for rec in records) if ev is not None]
+    # Same events as parsing every line: only lines holding a literal key are decoded/parsed.
+    scanner = BlockScanner(sigs.log_keep_pattern())
+    splitter = BlockSplitter()
+    blocks = [b for b in (splitter.feed(data), splitter.flush()) if b is not None]
+    events = [ev for block in blocks for ev in scanner.scan(block, "replay")[0]]
     matches = name_signatures(events, sigs)
     if as_json:
         print(
@@ -193,7 +193,7 @@ def _plain_log(data: bytes, sigs: SignatureSet, as_json: bool) -> int:
         )
     elif not matches:
         print(
-            f"no hang signature found in {len(lines)} log lines "
+            f"no hang signature found in {sum(b.count() for b in blocks)} log lines "
             "(log evidence alone; GPU and stack evidence need the live watchdog)"
         )
     else:

@@ -148,6 +148,8 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         raise ConfigError(f"key 'metrics_addr': {exc}") from exc
     sink = MetricsSink(sigs.ids, version=__version__, stale_after_s=cfg.metrics_stale_s)
     built.metrics = sink
+    if built.daemon.sources.logs is not None:
+        built.daemon.sources.logs.on_skip = sink.log_lines_skipped
     built.daemon.hooks.append(_MetricsHook(sink))
     if addr is not None:
         worst = built.daemon.worst_tick_s()
