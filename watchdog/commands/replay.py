@@ -19,7 +19,7 @@ from watchdog.core.model import Verdict, to_dict
 from watchdog.core.signatures import SignatureError, SignatureSet, load_signatures
 from watchdog.core.window import Window
 from watchdog.outputs.emit import format_verdict
-from watchdog.sources.linesplit import BlockSplitter
+from watchdog.sources.linesplit import Block
 from watchdog.sources.logscan import BlockScanner
 
 
@@ -171,8 +171,7 @@ def _looks_like_timeline(data: bytes) -> bool:
 def _plain_log(data: bytes, sigs: SignatureSet, as_json: bool) -> int:
     # Same events as parsing every line: only lines holding a literal key are decoded/parsed.
     scanner = BlockScanner(sigs.log_keep_pattern())
-    splitter = BlockSplitter()
-    blocks = [b for b in (splitter.feed(data), splitter.flush()) if b is not None]
+    blocks = [Block(data.replace(b"\x00", b"") if b"\x00" in data else data)]  # the whole log
     events = [ev for block in blocks for ev in scanner.scan(block, "replay")[0]]
     matches = name_signatures(events, sigs)
     if as_json:
