@@ -16,15 +16,24 @@ from pathlib import Path
 import pytest
 
 from watchdog.core.model import LogEvent
+from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.core.signatures import load_signatures
 from watchdog.sources.linesplit import BlockSplitter, LineSplitter, count_lines
 from watchdog.sources.logparse import clean_line, literal_keys
 from watchdog.sources.logs import FileFollower, LogSource, StreamReader
-from watchdog.sources.logscan import BlockScanner, parse_lines, prefilter_for, tail_lines
+from watchdog.sources.logscan import (
+    BlockScanner,
+    StackBlocks,
+    parse_lines,
+    parse_text,
+    prefilter_for,
+    tail_lines,
+)
+from watchdog.sources.logstacks import StackScanner
 from watchdog.sources.prefilter import Prefilter, required_literals
 
 DATA = Path(__file__).parent / "data" / "logs"
-KEEP = load_signatures().log_keep_pattern()
+KEEP = keep_with_ops(load_signatures().log_keep_pattern(), load_ops())  # what LogSource keeps
 
 NOISE = [
     b'(APIServer pid=1) INFO:     172.31.0.7:37016 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n',
@@ -44,10 +53,27 @@ NOISE = [
 ]
 
 
+# Stack dumps inside the log (watchdog/sources/logstacks.py): a py-spy dump and a traceback,
+# interleaved with ordinary lines.
+STACKS = (
+    b"Process 4242: python -m sglang.launch_server\n"
+    b"Python v3.12.3 (/usr/bin/python3.12)\n\n"
+    b'Thread 4242 (idle): "MainThread"\n'
+    b"    wait (threading.py:355)\n"
+    b"    all_reduce (torch/distributed/distributed_c10d.py:2501)\n"
+    b'(APIServer pid=1) INFO:     172.31.0.7:37016 - "GET /health HTTP/1.1" 200 OK\n'
+    b"Traceback (most recent call last):\n"
+    b'  File "/app/serve.py", line 10, in <module>\n'
+    b"    main()\n"
+    b"RuntimeError: NCCL communicator was aborted\n"
+    b"INFO 12-01 10:00:00 [core.py:1] unrelated\n" * 5
+)
+
+
 def workload(seed: int) -> bytes:
     """Every sample plus the noise, shuffled in, ending without a newline."""
     rng = random.Random(seed)
-    parts = [p.read_bytes() for p in sorted(DATA.glob("*.log"))] + NOISE * 3
+    parts = [p.read_bytes() for p in sorted(DATA.glob("*.log"))] + NOISE * 3 + [STACKS] * 3
     rng.shuffle(parts)
     return b"".join(parts) + b"Capturing CUDA graphs:  40%|####  | 27/67 [00:01<00:02]"
 
@@ -63,24 +89,32 @@ def chunks(data: bytes, seed: int) -> list[bytes]:
 
 
 def old_path(pieces: list[bytes], source: str = "t") -> tuple[list[LogEvent], int]:
-    splitter = LineSplitter()
+    """The line path: every line split, decoded, cleaned, fed to the stack scanner, parsed."""
+    splitter, stacks = LineSplitter(), StackScanner()
     lines = [line for piece in pieces for line in splitter.feed(piece)]
     lines += [x for x in [splitter.flush()] if x]
-    return parse_lines(lines, source, KEEP), len(lines)
+    events: list[LogEvent] = []
+    for raw in lines:
+        line = clean_line(raw)
+        events += stacks.feed(line, source)
+        if line:
+            events += parse_text(line, source, KEEP)
+    return events + stacks.flush(source), len(lines)
 
 
 def new_path(pieces: list[bytes], prefilter: Prefilter) -> tuple[list[LogEvent], int]:
-    splitter, scanner = BlockSplitter(), BlockScanner(KEEP, prefilter=prefilter)
+    splitter, stacks = BlockSplitter(), StackScanner()
+    walker = StackBlocks(BlockScanner(KEEP, prefilter=prefilter))
     events: list[LogEvent] = []
     count = 0
     blocks = [splitter.feed(piece) for piece in pieces] + [splitter.flush()]
     for block in blocks:
         if block is not None:
-            found, unparsed = scanner.scan(block, "t")
+            found, unparsed = walker.scan(block, "t", stacks)
             assert unparsed == 0
             events += found
             count += block.count()
-    return events, count
+    return events + stacks.flush("t"), count
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -92,7 +126,14 @@ def test_block_path_keeps_exactly_the_events_of_the_line_path(seed: int, hypersc
     old_events, old_count = old_path(pieces)
     new_events, new_count = new_path(pieces, prefilter)
     assert len(old_events) > 100  # the samples carry many events; the comparison means something
-    assert {e.kind for e in old_events} >= {"stats", "jit", "milestone", "line", "progress"}
+    assert {e.kind for e in old_events} >= {
+        "stats",
+        "jit",
+        "milestone",
+        "line",
+        "progress",
+        "stack",
+    }
     assert new_events == old_events
     assert new_count == old_count
 
@@ -110,25 +151,41 @@ def test_the_verdict_of_a_replayed_log_is_unchanged(tmp_path: Path) -> None:
     assert old  # the samples name at least one signature
 
 
+class LinesOnly:
+    """A FileFollower seen through the line API only: LogSource takes the line path."""
+
+    def __init__(self, follower: FileFollower) -> None:
+        self._f = follower
+        self.name = follower.name
+        self.error: str | None = None
+        self.partials = follower.partials
+
+    def read(self) -> list[str]:
+        return self._f.read()
+
+    def close(self) -> None:
+        self._f.close()
+
+
 def test_live_source_keeps_the_same_events_and_tail_as_the_line_path(tmp_path: Path) -> None:
-    data = workload(4)
+    data = workload(4) + STACKS
     log = tmp_path / "vllm.log"
     log.write_bytes(b"")
-    source = LogSource([FileFollower(log)], keep=KEEP, max_events_per_tick=10**6, tail_lines=300)
-    source.poll()
-    events: list[LogEvent] = []
+    keep = load_signatures().log_keep_pattern()
+    kw = {"keep": keep, "max_events_per_tick": 10**6, "tail_lines": 300}
+    new = LogSource([FileFollower(log)], **kw)  # type: ignore[arg-type]
+    old = LogSource([LinesOnly(FileFollower(log))], **kw)  # type: ignore[arg-type]
+    assert new.poll() == old.poll() == ()
+    new_events: list[LogEvent] = []
+    old_events: list[LogEvent] = []
     for piece in chunks(data, 4):
         with log.open("ab") as f:
             f.write(piece)
-        events += source.poll()
-    old_events, _ = old_path([data], source=str(log))
-    bars = {"progress", "loading", "capture"}  # held partial bars are reported as they grow
-    assert [e for e in events if e.kind not in bars] == [
-        e for e in old_events if e.kind not in bars
-    ]
-    old_lines = LineSplitter().feed(data)
-    old_tail = [ln[:8192] for ln in map(clean_line, old_lines) if ln][-300:]
-    assert source.tail(300) == old_tail
+        new_events += new.poll()
+        old_events += old.poll()
+    assert len(old_events) > 100 and any(e.kind == "stack" for e in old_events)
+    assert new_events == old_events
+    assert new.tail(300) == old.tail(300)
 
 
 @pytest.mark.parametrize("seed", range(20))

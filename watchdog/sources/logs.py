@@ -15,10 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO, Protocol
 
 from watchdog.core.model import LogEvent
+from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.linesplit import Block, BlockSplitter, count_eols
 from watchdog.sources.logparse import clean_line, parse_line
-from watchdog.sources.logscan import BlockScanner, parse_lines, tail_lines
+from watchdog.sources.logscan import BlockScanner, StackBlocks, parse_text, tail_lines
+from watchdog.sources.logstacks import StackScanner
 from watchdog.sources.streamreader import StreamReader
 
 __all__ = ["FileFollower", "LineReader", "LogSource", "StreamReader"]
@@ -215,13 +217,18 @@ class LogSource:
         self.skipped: dict[str, int] = {"dropped": 0, "lag": 0, "budget": 0}
         self.on_skip = on_skip
         self._readers = list(readers)
-        self._keep = keep
-        self._scanner = BlockScanner(keep, clock=clock)
+        # Start and end lines of operations (core/openops.py) are kept too: a stall that
+        # lasts inside one of them names its cause.
+        self._keep = keep_with_ops(keep, load_ops())
+        self._scanner = BlockScanner(self._keep, clock=clock)
+        self._stack_blocks = StackBlocks(self._scanner, clock=clock)
         self._budget_s = budget_s
         self._clock = clock
         self._max_events = max_events_per_tick
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._held: dict[tuple[int, int], str] = {}
+        # Stack dumps the server wrote into its log (SGLang's watchdog, faulthandler, ...).
+        self._scanners: dict[int, StackScanner] = {}
         self._seen: dict[tuple[int, str], int] = {}  # reader counters already folded in
         self._reported: dict[str, int] = {}
         self._last_report = float("-inf")
@@ -232,15 +239,17 @@ class LogSource:
         errors: list[str] = []
         deadline = self._clock() + self._budget_s
         for reader in self._readers:
+            stacks = self._scanners.setdefault(id(reader), StackScanner())
             read_blocks = getattr(reader, "read_blocks", None)
             if read_blocks is None:
-                events += self._parse_lines(reader)
+                events += self._parse_lines(reader, stacks)
             else:
                 for block in read_blocks():
-                    found, unparsed = self._scanner.scan(block, reader.name, deadline)
+                    found, unparsed = self._stack_blocks.scan(block, reader.name, stacks, deadline)
                     events += found
                     self.skipped["budget"] += unparsed
                     self._tail.extend(tail_lines(block, self._tail.maxlen or 0, _TAIL_LINE_CHARS))
+            events.extend(stacks.tick(reader.name))
             events.extend(self._held_bars(reader))
             if reader.error:
                 errors.append(reader.error)
@@ -251,14 +260,17 @@ class LogSource:
         self._report_skips()
         return tuple(self._cap(events))
 
-    def _parse_lines(self, reader: LineReader) -> list[LogEvent]:
-        """The reference path, for readers that only hand over lines."""
-        lines = reader.read()
-        for raw in lines:
+    def _parse_lines(self, reader: LineReader, stacks: StackScanner) -> list[LogEvent]:
+        """The reference path, for readers that only hand over lines: every line looked at."""
+        events: list[LogEvent] = []
+        for raw in reader.read():
             line = clean_line(raw)
-            if line:
-                self._tail.append(line[:_TAIL_LINE_CHARS])
-        return parse_lines(lines, reader.name, self._keep)
+            events.extend(stacks.feed(line, reader.name))
+            if not line:
+                continue
+            self._tail.append(line[:_TAIL_LINE_CHARS])
+            events.extend(parse_text(line, reader.name, self._keep))
+        return events
 
     def _report_skips(self) -> None:
         """Fold the readers' drop/lag counters in; hand increases to on_skip; log now and then."""

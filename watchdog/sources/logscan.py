@@ -10,11 +10,15 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from watchdog.core.model import LogEvent
-from watchdog.sources.linesplit import Block, split_records
+from watchdog.sources.linesplit import Block, count_lines, split_records
 from watchdog.sources.logparse import clean_line, literal_keys, parse_line
 from watchdog.sources.prefilter import Prefilter, required_literals
+
+if TYPE_CHECKING:
+    from watchdog.sources.logstacks import StackScanner
 
 
 def prefilter_for(
@@ -86,3 +90,79 @@ def tail_lines(block: Block, n: int, width: int) -> list[str]:
                 break
     out.reverse()
     return out
+
+
+class StackBlocks:
+    """The block path with stack dumps in the log (logstacks.StackScanner) kept exact.
+
+    While no dump is open, a line without a dump-start key changes nothing in the stack
+    scanner, so only parse candidates are visited; from a line with a start key until the dump
+    closes, every line is fed to the stack scanner, as the line path does. Events come out in
+    line order: a line's stack events, then its parsed events.
+    """
+
+    def __init__(
+        self, parser: BlockScanner, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        from watchdog.sources.logstacks import start_keys
+
+        self.parser = parser
+        keys = start_keys()
+        self.starts = Prefilter(keys) if keys is not None else Prefilter(None)
+        self._clock = clock
+
+    def scan(
+        self, block: Block, source: str, stacks: StackScanner, deadline: float = float("inf")
+    ) -> tuple[list[LogEvent], int]:
+        """(events, lines left unparsed because the deadline passed)."""
+        data = block.data
+        cands = self.parser.prefilter.spans(data)
+        starts = [s for s, _e in self.starts.spans(data)]
+        events: list[LogEvent] = []
+        ci = si = seen = 0
+        pos, end = 0, len(data)
+        keep, clock = self.parser.keep, self._clock
+        while pos < end:
+            seen += 1
+            if seen % 64 == 0 and clock() > deadline:
+                return events, count_lines(data[pos:])
+            if not stacks.has_open:
+                while si < len(starts) and starts[si] < pos:
+                    si += 1
+                next_start = starts[si] if si < len(starts) else end
+                while ci < len(cands) and cands[ci][0] < next_start:
+                    if ci % 64 == 63 and clock() > deadline:
+                        return events, count_lines(data[cands[ci][0] :])
+                    if cands[ci][0] >= pos:
+                        events += parse_text(block.text(*cands[ci]), source, keep)
+                    ci += 1
+                pos = next_start
+                if pos >= end:
+                    break
+            start, stop = _line_at(data, pos)
+            pos = _next_line(data, stop)
+            if stop == start:
+                continue
+            line = clean_line(block.text(start, stop))
+            events += stacks.feed(line, source)
+            while ci < len(cands) and cands[ci][0] < start:
+                ci += 1
+            if ci < len(cands) and cands[ci][0] == start:
+                events += parse_text(line, source, keep)
+                ci += 1
+        return events, 0
+
+
+def _line_at(data: bytes, pos: int) -> tuple[int, int]:
+    """(start, end) of the line starting at `pos` (`end` excludes its EOL)."""
+    nl = data.find(b"\n", pos)
+    limit = nl if nl >= 0 else len(data)
+    cr = data.find(b"\r", pos, limit)
+    return pos, cr if cr >= 0 else limit
+
+
+def _next_line(data: bytes, stop: int) -> int:
+    """Where the next line starts after a line ending at `stop` (past `\\n`, `\\r\\n`, `\\r`)."""
+    if data[stop : stop + 2] == b"\r\n":
+        return stop + 2
+    return stop + 1
