@@ -17,6 +17,7 @@ Run: flock /tmp/e2e.lock python3 benchmarks/bench_logs.py [--mib 50]
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import shutil
 import subprocess
@@ -31,10 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from logload import write_busy_log  # noqa: E402
 
+from watchdog.core.model import LogEvent  # noqa: E402
+from watchdog.core.openops import keep_with_ops, load_ops  # noqa: E402
 from watchdog.core.signatures import load_signatures  # noqa: E402
 from watchdog.sources.linesplit import BlockSplitter, LineSplitter  # noqa: E402
+from watchdog.sources.logparse import clean_line  # noqa: E402
 from watchdog.sources.logs import FileFollower, LogSource  # noqa: E402
-from watchdog.sources.logscan import BlockScanner, parse_lines  # noqa: E402
+from watchdog.sources.logscan import BlockScanner, StackBlocks, parse_text  # noqa: E402
+from watchdog.sources.logstacks import StackScanner  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -50,21 +55,29 @@ def timed(argv: list[str], out: Path) -> float:
     return best
 
 
-def in_process(data: bytes, keep: object) -> tuple[float, float, int, int]:
-    """(old seconds, new seconds, old events, new events) over the same bytes."""
+def in_process(data: bytes, keep: re.Pattern[str] | None) -> tuple[float, float, int, int]:
+    """(old seconds, new seconds, old events, new events): the live source's two paths (the
+    operations' lines kept too, stack dumps in the log scanned) over the same bytes."""
+    keep = keep_with_ops(keep, load_ops())
     t0 = time.perf_counter()
-    splitter = LineSplitter()
-    lines = splitter.feed(data) + [x for x in [splitter.flush()] if x]
-    old = parse_lines(lines, "bench", keep)  # type: ignore[arg-type]
+    splitter, stacks = LineSplitter(), StackScanner()
+    old: list[LogEvent] = []
+    for raw in splitter.feed(data) + [x for x in [splitter.flush()] if x]:
+        line = clean_line(raw)
+        old += stacks.feed(line, "bench")
+        if line:
+            old += parse_text(line, "bench", keep)
+    old += stacks.flush("bench")
     t_old = time.perf_counter() - t0
     t0 = time.perf_counter()
-    blocks = BlockSplitter()
-    scanner = BlockScanner(keep)  # type: ignore[arg-type]
-    new = []
+    blocks, stacks = BlockSplitter(), StackScanner()
+    walker = StackBlocks(BlockScanner(keep))
+    new: list[LogEvent] = []
     for i in range(0, len(data), 8 << 20):  # the live source's read size per tick
         block = blocks.feed(data[i : i + (8 << 20)])
         if block is not None:
-            new += scanner.scan(block, "bench")[0]
+            new += walker.scan(block, "bench", stacks)[0]
+    new += stacks.flush("bench")
     t_new = time.perf_counter() - t0
     return t_old, t_new, len(old), len(new)
 
@@ -83,7 +96,7 @@ def throughput(mib: float, work: Path) -> None:
     tiny.write_bytes(b"INFO 12-01 10:00:00 [api_server.py:1] nothing to see\n")
     start = timed([sys.executable, "-m", "watchdog", "replay", str(tiny)], work / "start.out")
     t_old, t_new, n_old, n_new = in_process(log.read_bytes(), keep)
-    engine = BlockScanner(keep).prefilter.engine
+    engine = BlockScanner(keep_with_ops(keep, load_ops())).prefilter.engine
     n_lines = log.read_bytes().count(b"\n")
     print(f"log throughput, {size:.1f} MiB busy-server log ({n_lines} lines)")
     rows = [
@@ -92,8 +105,8 @@ def throughput(mib: float, work: Path) -> None:
         ("hang-watchdog replay (whole command)", replay),
         ("  of which start-up (replay of a 1-line log)", start),
         ("  the rest: the log path", replay - start),
-        (f"block path in-process (prefilter: {engine})", t_new),
-        ("old line-by-line path in-process", t_old),
+        (f"live block path, in-process (prefilter: {engine})", t_new),
+        ("live line-by-line path, in-process (before)", t_old),
     ]
     for name, secs in rows:
         print(f"  {name:<46} {secs:7.3f} s  {size / secs:9.1f} MiB/s")
