@@ -18,8 +18,8 @@ import pytest
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.core.signatures import load_signatures
-from watchdog.sources.linesplit import BlockSplitter, LineSplitter, count_lines
-from watchdog.sources.logparse import clean_line, literal_keys
+from watchdog.sources.linesplit import BlockSplitter, LineSplitter, count_lines, split_records
+from watchdog.sources.logparse import clean_line, literal_keys, parse_line
 from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 from watchdog.sources.logscan import (
     BlockScanner,
@@ -293,3 +293,25 @@ def test_stream_reader_drop_is_reported_through_the_hook() -> None:
     events = source.poll()
     assert len(events) + source.dropped_events == 100
     assert calls == [("dropped", 4900)] and source.skipped["dropped"] == 4900
+
+
+def test_replay_reads_the_same_records_and_events_as_the_line_path() -> None:
+    from watchdog.commands.replaylog import read_log
+
+    sigs = load_signatures()
+    keep = sigs.log_keep_pattern()
+    data = workload(9) + STACKS
+    splitter, stacks = LineSplitter(), StackScanner()
+    records: list[str] = []
+    events: list[LogEvent] = []
+    for line in splitter.feed(data) + [x for x in [splitter.flush()] if x]:  # main's read_log
+        cleaned = clean_line(line)
+        events += stacks.feed(cleaned, "replay")
+        for rec in split_records(cleaned):
+            records.append(rec)
+            ev = parse_line(rec, "replay", keep)
+            if ev is not None:
+                events.append(ev)
+    events += stacks.flush("replay")
+    assert any(e.kind == "stack" for e in events)
+    assert read_log(data, sigs) == (records, events)
