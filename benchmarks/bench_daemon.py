@@ -43,7 +43,7 @@ def measure(proc: psutil.Process, warmup: float, seconds: float) -> tuple[float,
     w0 = time.monotonic()
     time.sleep(seconds)
     t1 = proc.cpu_times()
-    cpu = (t1.user + t1.system - t0.user - t0.system) / (time.monotonic() - w0)
+    cpu = max(0.0, t1.user + t1.system - t0.user - t0.system) / (time.monotonic() - w0)
     return cpu, proc.memory_info().rss / 1048576
 
 
