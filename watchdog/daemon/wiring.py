@@ -178,6 +178,8 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         fleet=FleetLabels.resolve(cfg.deployment, cfg.node),
     )
     built.metrics = sink
+    if built.daemon.sources.logs is not None:
+        built.daemon.sources.logs.on_skip = sink.log_lines_skipped
     built.daemon.hooks.append(_MetricsHook(sink))
     if addr is not None:
         worst = built.daemon.worst_tick_s()

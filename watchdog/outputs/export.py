@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from watchdog.core.model import STATES, Observation, Verdict
 from watchdog.outputs.fleet import FleetLabels, fleet_series
 from watchdog.outputs.metrics_table import (
+    LOG_SKIP_REASONS,
     LOOP_BUCKETS,
     METRICS,
     REMEDIATION_OUTCOMES,
@@ -98,6 +99,7 @@ class MetricsSink(Collector):
         self._signatures: list[str] = list(signatures)
         self._hang: tuple[str | None, float] = (None, 0.0)  # (signature, confidence)
         self._captures: dict[str, float] = {r: 0.0 for r in STACK_RESULTS}
+        self._log_skips: dict[str, float] = {r: 0.0 for r in LOG_SKIP_REASONS}
         self._remediations: dict[tuple[str, str], float] = {}
         self._fallbacks: dict[str, bool] = {}
         self._exhausted = False
@@ -145,6 +147,13 @@ class MetricsSink(Collector):
             raise ValueError(f"stack capture result {result!r} is not one of {STACK_RESULTS}")
         with self._lock:
             self._captures[result] += 1
+
+    def log_lines_skipped(self, reason: str, count: int) -> None:
+        """Count log lines the log source left unparsed (LogSource's on_skip hook)."""
+        if reason not in LOG_SKIP_REASONS:
+            raise ValueError(f"log skip reason {reason!r} is not one of {LOG_SKIP_REASONS}")
+        with self._lock:
+            self._log_skips[reason] += count
 
     def remediation(self, action: str, outcome: str) -> None:
         """Count one remediation by action and outcome (metrics_table.REMEDIATION_OUTCOMES)."""
@@ -221,6 +230,9 @@ class MetricsSink(Collector):
             ],
             "hang_watchdog_incidents_total": [((s,), v) for s, v in self._incidents.items()],
             "hang_watchdog_stack_captures_total": [((r,), v) for r, v in self._captures.items()],
+            "hang_watchdog_log_lines_skipped_total": [
+                ((r,), v) for r, v in self._log_skips.items()
+            ],
             "hang_watchdog_build_info": [((self._version,), 1.0)],
             "hang_watchdog_remediations_total": sorted(self._remediations.items()),
             "hang_watchdog_fallback_active": [

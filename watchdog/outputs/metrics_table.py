@@ -25,6 +25,10 @@ REMEDIATION_OUTCOMES: tuple[str, ...] = (
     "skipped",
 )
 
+# Why the log source left lines unparsed (LogSource.skipped): a stream reader's queue overflowed,
+# a followed file ran too far ahead and was jumped, or a tick's parse budget ran out.
+LOG_SKIP_REASONS: tuple[str, ...] = ("dropped", "lag", "budget")
+
 # Upper bounds of the loop-duration histogram, seconds. A tick is ~1 s; py-spy dumps can take 10+.
 LOOP_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -114,6 +118,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "counter",
         ("result",),
         "py-spy stack captures, by result.",
+    ),
+    MetricSpec(
+        "hang_watchdog_log_lines_skipped_total",
+        "counter",
+        ("reason",),
+        "Log lines not parsed because the log came faster than it was read, by reason.",
     ),
     MetricSpec(
         "hang_watchdog_loop_duration_seconds",
