@@ -99,17 +99,19 @@ class Config:
     node: str = _f("", "node label exported with this server's ranks (default: the host name)")
     fleet_remediation: str = _f(
         "cause",
-        "with `deployment` set, which watchdog restarts: the one whose verdict names the cause "
-        "rank (cause), or only the fleet_leader (leader)",
+        "with `deployment` set, which watchdog restarts: `cause`, the one whose verdict names "
+        "the cause rank; `leader`, only the one with fleet_leader set",
         choices=("cause", "leader"),
     )
-    fleet_leader: bool = _f(False, "this instance restarts the whole deployment (leader mode)")
+    fleet_leader: bool = _f(False, "in leader mode, this instance restarts the whole deployment")
     nccl_ras: str = _f(
         "auto",
         "query NCCL's RAS service (read-only): auto (absence said once, retried rarely), on, off",
         choices=("auto", "on", "off"),
     )
-    nccl_ras_addr: str = _f("localhost:28028", "NCCL RAS address HOST:PORT (NCCL_RAS_ADDR)")
+    nccl_ras_addr: str = _f(
+        "localhost:28028", "address of NCCL's RAS service, as NCCL_RAS_ADDR sets it"
+    )
     nccl_ras_interval_s: float = _f(30.0, "seconds between two RAS queries", lo=1)
     nccl_ras_deadline_s: float = _f(10.0, "hard deadline of one RAS query", lo=0.5)
     # outputs

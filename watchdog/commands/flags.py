@@ -128,6 +128,9 @@ METAVARS = {
     "max_incidents": "N",
     "max_incident_bytes": "BYTES",
     "max_restarts": "N",
+    "deployment": "NAME",
+    "node": "NAME",
+    "nccl_ras_addr": "HOST:PORT",
 }
 
 
