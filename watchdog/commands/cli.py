@@ -249,7 +249,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     built = build(cfg)
     stop = threading.Event()
-    _on_signals(stop)
+    _on_signals(stop, built.supervisor, cfg.stop_grace_s)
     try:
         if built.server is not None:
             try:
@@ -274,8 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 except StopError as exc:
                     logging.getLogger("hang_watchdog").error("stopping the server: %s", exc)
                     return 1
-            code = sup.returncode()
-            return 0 if code is None else (code if code >= 0 else 128 - code)
+            return sup.exit_code()
         return 0
     finally:
         built.close()
@@ -299,7 +298,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     _check_pid(cfg.pid, "--match", "hang-watchdog diagnose")
     built = build(cfg)
     stop = threading.Event()
-    _on_signals(stop)
+    _on_signals(stop, built.supervisor, cfg.stop_grace_s)
 
     def done(v: Any) -> bool:
         if not args.until_hang or not v.is_hang:
@@ -340,8 +339,17 @@ def cmd_signatures(args: argparse.Namespace) -> int:
     return 0
 
 
-def _on_signals(stop: threading.Event) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+def _on_signals(stop: threading.Event, sup: Any = None, grace_s: float = 0.0) -> Any:
+    """SIGTERM, SIGINT and SIGHUP stop; a second one hurries (watchdog/daemon/signals.py)."""
+    from watchdog.daemon.signals import StopSignals
+
+    def describe() -> str:
+        if sup is None or sup.pid is None:
+            return "stopping"
+        return f"stopping the server (pid {sup.pid}; SIGKILL after {grace_s:.0f} s)"
+
+    signals = StopSignals(stop, describe=describe, hurry_exit=sup is None)
+    if sup is not None:
+        signals.hurry = sup.hurry
+    signals.install()
+    return signals
