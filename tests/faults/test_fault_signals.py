@@ -44,9 +44,10 @@ def test_sigkill_of_the_watchdog_kills_the_server(tmp_path: Path) -> None:
 def test_sigkill_kills_a_server_restarted_from_another_thread(tmp_path: Path) -> None:
     """PR_SET_PDEATHSIG follows the forking thread: a start from a thread that has since
     ended must not kill the server, and the watchdog's death still must."""
-    from watchdog.daemon.supervise import Supervisor
     import io
     import threading
+
+    from watchdog.daemon.supervise import Supervisor
 
     sup = Supervisor(["sleep", "612"], tee_out=io.BytesIO(), tee_err=io.BytesIO())
     t = threading.Thread(target=sup.start)
