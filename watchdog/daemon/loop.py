@@ -108,8 +108,8 @@ class Daemon:
         self._logs_call = DeadlineCall(
             "logs",
             _health(sources.logs),
-            max(2.0, 2 * cfg.tick_s),
-            hint="a FIFO, or a hung network mount, at the log path?",
+            max(0.5, cfg.tick_s),
+            hint="a FIFO or a hung network mount at the log path, or a flood of lines?",
             keep_late=True,
         )
         self._server_environ: dict[str, str] | None = None
