@@ -19,6 +19,14 @@ STALLED_FIX = (
 )
 
 
+STOPPED_FIX = (
+    "A process of the server is stopped (state T: SIGSTOP, Ctrl-Z, or a debugger that stopped "
+    "it), so it makes no progress whatever it was doing. Resume it with `kill -CONT PID` (or "
+    "detach the debugger); restarting is not needed."
+)
+STOPPED_STATUS = "stopped"  # psutil.STATUS_STOPPED; "tracing-stop" (py-spy's pause) is not it
+
+
 def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     """The state of the server, and the best-matching signature with its evidence."""
     obs = window.latest
@@ -51,6 +59,15 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             reason=sig.title,
             **common,  # type: ignore[arg-type]
         )
+    stopped = None if ctx.gone else _stopped(window)
+    if stopped is not None:
+        return Verdict(
+            state="stalled",
+            reason=stopped,
+            evidence=(Evidence("procs", "stopped", stopped),),
+            fix=STOPPED_FIX,
+            **common,  # type: ignore[arg-type]
+        )
     state, reason = _benign_state(ctx, sigs)
     evidence: tuple[Evidence, ...] = ()
     if state == "stalled":
@@ -66,6 +83,24 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         fix=STALLED_FIX if state == "stalled" else "",
         **common,  # type: ignore[arg-type]
     )
+
+
+def _stopped(window: Window) -> str | None:
+    """Which of the server's processes is stopped (state T) in the last two observations."""
+    obs = window.last(2)
+    if len(obs) < 2 or any(o.procs is None or not o.procs.alive for o in obs):
+        return None
+    both = [
+        {p.pid: p for p in o.procs.procs if p.status == STOPPED_STATUS}
+        for o in obs
+        if o.procs is not None
+    ]
+    pids = sorted(set(both[0]) & set(both[1]))
+    if not pids:
+        return None
+    p = both[1][pids[0]]
+    more = f" (and {len(pids) - 1} more)" if len(pids) > 1 else ""
+    return f"pid {p.pid} ({p.title or p.name}) is stopped (state T){more}"
 
 
 def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:

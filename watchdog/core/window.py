@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from watchdog.core.model import LogEvent, Observation
@@ -71,6 +72,10 @@ class Window:
     @property
     def latest(self) -> Observation | None:
         return self._obs[-1] if self._obs else None
+
+    def last(self, n: int) -> list[Observation]:
+        """The newest `n` observations, oldest first (without copying the whole ring)."""
+        return list(islice(reversed(self._obs), n))[::-1]
 
     def since(self, t: float) -> list[Observation]:
         return [o for o in self._obs if o.t >= t]
