@@ -34,10 +34,14 @@ def wait_for(cond: Callable[[], Any], timeout: float = 20.0, step: float = 0.05)
     raise AssertionError(f"condition not met within {timeout} s")
 
 
+STARTED: list[Watchdog] = []  # stopped by tests/faults/conftest.py after each test
+
+
 class Watchdog:
     """`python -m watchdog run ARGS` in the background, stderr and stdout to files."""
 
     def __init__(self, tmp: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        STARTED.append(self)
         self.err_path, self.out_path = tmp / "watchdog.err", tmp / "watchdog.out"
         self._err, self._out = open(self.err_path, "wb"), open(self.out_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
