@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from watchdog.config import Config
+from watchdog.core.divergence import divergence
+from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Evidence, Observation, StackSample
 from watchdog.core.window import Window
 
@@ -92,12 +94,20 @@ class Context:
         is a moment the server has since moved past, not evidence of this stall."""
         p = self.window.progress
         fresh = max((t for t in (p.last_progress_t, p.restarted_t) if t is not None), default=None)
-        for o in reversed(list(self.window)):
-            if fresh is not None and o.t < fresh:
-                return ()
+        # Dumps the server wrote into its own log (SGLang's watchdog, faulthandler) count
+        # too, after the watchdog's own (core/logdumps.py).
+        since = [o for o in self.window if fresh is None or o.t >= fresh]
+        from_log = log_stacks(ev for o in since for ev in o.logs if ev.kind == "stack")
+        for o in reversed(since):
             if o.stacks:
-                return o.stacks
-        return ()
+                return o.stacks + from_log
+        return from_log
+
+    @cached_property
+    def derived_lines(self) -> tuple[str, ...]:
+        """Lines the window's log implies but no process wrote: ranks that diverged."""
+        found = divergence(ev.line for o in self.recent(float("inf")) for ev in o.logs)
+        return (found,) if found else ()
 
     def capture_problems(self) -> tuple[Evidence, ...]:
         errs = {(s.error, s.fix) for s in self.stacks if s.error}

@@ -5,8 +5,10 @@ Each evaluator returns a human-readable detail when its rule holds, or None.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from watchdog.core.context import Context
-from watchdog.core.model import Frame
+from watchdog.core.model import Frame, StackSample
 from watchdog.core.signatures import Rule
 
 
@@ -15,6 +17,7 @@ def _log(rule: Rule, ctx: Context) -> str | None:
     hits = [
         ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)
     ]
+    hits += [line for line in ctx.derived_lines if rule.pattern.search(line)]
     if not hits:
         return None
     more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
@@ -45,11 +48,17 @@ def _both(rule: Rule, fr: Frame) -> bool:
 
 
 def _stack(rule: Rule, ctx: Context) -> str | None:
+    return match_stacks(rule, ctx.stacks)
+
+
+def match_stacks(rule: Rule, stacks: Iterable[StackSample]) -> str | None:
+    """Where a stack rule holds in these dumps (also used on dumps found in a plain log)."""
     # `same_frame`: a generic name (`broadcast`) counts only inside the right file. Otherwise
     # prefer a frame matched by name (download_file) over one matched only by its file.
+    stacks = tuple(stacks)
     tests = (_both,) if rule.same_frame else (_by_name, _by_file)
     for test in tests:
-        for sample in ctx.stacks:
+        for sample in stacks:
             for th in sample.threads:
                 if rule.unchanged and not th.unchanged:
                     continue

@@ -23,7 +23,7 @@ from watchdog.preflight.checks_versions import KnownBadLike
 from watchdog.preflight.report import CheckResult, failed
 from watchdog.sources.facts import trtllm_attention
 from watchdog.sources.gpu import GpuBackend
-from watchdog.sources.pyenv import PyEnvError, package_versions
+from watchdog.sources.pyenv import PACKAGES, PyEnvError, package_versions
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,17 @@ def load_known_bad() -> tuple[Sequence[KnownBadLike], str | None]:
 
 
 def read_versions(
-    opts: PreflightOptions, python: str | None
+    opts: PreflightOptions, python: str | None, extra: Sequence[str] = ()
 ) -> tuple[dict[str, str | None] | None, str | None]:
-    """Package versions in the server's environment, or why they could not be read."""
+    """Package versions in the server's environment, or why they could not be read. `extra`
+    names more distributions (those known-bad entries name, e.g. nvidia-nccl-cu12)."""
     if python is None:
         return None, "no `python` on PATH"
+    names = tuple(PACKAGES) + tuple(p for p in extra if p not in PACKAGES)
     try:
-        return package_versions(python, env=opts.environ, timeout_s=opts.timeout_s), None
+        return package_versions(
+            python, env=opts.environ, packages=names, timeout_s=opts.timeout_s
+        ), None
     except PyEnvError as e:
         return None, str(e)
 
@@ -85,14 +89,17 @@ def run_checks(
     """Run all checks; never raises for anything the host does."""
     inv: GpuInventory = collect_gpus(backend, opts.timeout_s, opts.gpu_source)
     python = resolve_python(opts)
-    versions, verr = read_versions(opts, python)
-    results = [check_gpus(inv), checks_versions.check_versions(versions, verr, python)]
+    kerr = None
     if known_bad is None:
         known_bad, kerr = load_known_bad()
-        if kerr:
-            results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
+    all_versions, verr = read_versions(opts, python, [kb.package for kb in known_bad])
+    # The version report shows the usual packages; known-bad entries see every one read.
+    versions = None if all_versions is None else {k: all_versions.get(k) for k in PACKAGES}
+    results = [check_gpus(inv), checks_versions.check_versions(versions, verr, python)]
+    if kerr:
+        results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
     trtllm = trtllm_attention(opts.server_args, opts.environ)
-    results += checks_versions.check_known_bad(known_bad, versions, inv, trtllm)
+    results += checks_versions.check_known_bad(known_bad, all_versions, inv, trtllm)
     results += _toolchain(opts, inv, versions)
     results += _cubins(opts, versions)
     results += [
