@@ -104,3 +104,47 @@ def test_hostile_lines_parse_in_linear_time(shape: str) -> None:
     make = HOSTILE[shape]
     ratio = growth(make, lambda line: parse_line(line), 200)  # type: ignore[arg-type]
     assert ratio < 24, f"{shape}: 8x the input took {ratio:.0f}x the time (linear is ~8)"
+
+
+# -- stack dumps found in logs (watchdog/sources/logstacks.py) ------------------------------
+
+DUMP_PIECES = st.sampled_from(
+    [
+        "Process 42: python -m vllm\n",
+        "Python v3.12.1 (/usr/bin/python3.12)\n",
+        'Thread 42 (active+gil): "MainThread"\n',
+        "    synchronize (torch/cuda/streams.py:224)\n",
+        "    cudaStreamSynchronize (libcudart.so.12)\n",
+        "Thread 0x00007f0000000000 (most recent call first):\n",
+        "Current thread 0x00007f (most recent call first):\n",
+        '  File "/x/y.py", line 12 in wait\n',
+        "Traceback (most recent call last):\n",
+        '  File "/x/y.py", line 3, in <module>\n',
+        "Thread 2 (Thread 0x7f (LWP 43)):\n",
+        "#0  0x00007f in pthread_cond_wait () from /lib/libc.so.6\n",
+        "#1  0x0000 in ncclGroupEnd () at src/group.cc:100\n",
+        "(Worker_TP1 pid=7) ",
+        "[2025-01-01 12:00:00 TP0] ",
+        "\n",
+        "RuntimeError: boom\n",
+    ]
+)
+
+
+@FUZZ
+@given(st.lists(DUMP_PIECES | st.text(max_size=12), max_size=40).map("".join))
+def test_any_log_text_gives_stack_events_or_none(text: str) -> None:
+    from watchdog.sources.logstacks import scan_lines
+
+    events = scan_lines(text.split("\n"), source="fuzz")
+    assert all(isinstance(e, LogEvent) and e.kind == "stack" for e in events)
+
+
+def test_stack_scanning_scales_linearly() -> None:
+    from watchdog.sources.logstacks import scan_lines
+
+    def make(n: int) -> list[str]:
+        head = ["Thread 0x00007f0000000000 (most recent call first):"]
+        return head + ['  File "/x/y.py", line 12 in wait'] * n + ["", "INFO done"]
+
+    assert growth(make, lambda lines: scan_lines(lines), 2000) < 24  # type: ignore[arg-type]
