@@ -52,3 +52,12 @@ def test_a_health_that_stays_503_is_dead() -> None:
     tl.ticks(4, server=bad)
     v = verdicts(tl.obs, SIGS)[-1][1]
     assert v.state == "dead" and v.signature == "engine_dead"
+
+
+def test_the_stopped_line_does_not_show_a_secret() -> None:
+    tree = procs()
+    engine = replace(tree.procs[0], status="stopped", title="vllm serve m --api-key s3cr3tvalue")
+    tl = Timeline(procs=replace(tree, procs=(engine, tree.procs[1])))
+    tl.ticks(3)
+    v = verdicts(tl.obs, SIGS)[-1][1]
+    assert "is stopped" in v.reason and "s3cr3tvalue" not in v.reason

@@ -11,6 +11,7 @@ from functools import lru_cache
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Verdict
+from watchdog.core.redact import redact_argv
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
@@ -107,7 +108,10 @@ def _stopped(window: Window) -> str | None:
         return None
     p = both[1][pids[0]]
     more = f" (and {len(pids) - 1} more)" if len(pids) > 1 else ""
-    return f"pid {p.pid} ({p.title or p.name}) is stopped (state T){more}"
+    # The title is the command line, which may carry a secret (--api-key VALUE): redacted.
+    title = " ".join(redact_argv((p.title or p.name).split()))
+    title = title if len(title) <= 80 else title[:77] + "..."
+    return f"pid {p.pid} ({title}) is stopped (state T){more}"
 
 
 def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from watchdog import __version__
 from watchdog.core.model import GpuSample, Observation, Verdict, to_dict
-from watchdog.core.redact import redact_text, redact_tree, relevant_environ
+from watchdog.core.redact import redact_argv, redact_text, redact_tree, relevant_environ
 from watchdog.core.timeline import write_timeline
 from watchdog.outputs.summary import render_summary
 from watchdog.sources.stacks import CaptureResult
@@ -89,7 +89,7 @@ def build_environment(
 def _read_target(env: dict[str, Any], base: str) -> None:
     try:
         raw = Path(base, "cmdline").read_bytes()
-        env["cmdline"] = [redact_text(a) for a in _split_nul(raw)]
+        env["cmdline"] = redact_argv(_split_nul(raw))
     except OSError as e:
         env["errors"].append(f"could not read {base}/cmdline: {e.strerror or e}")
     try:
