@@ -11,8 +11,8 @@ from functools import lru_cache
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Verdict
-from watchdog.core.redact import redact_argv
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
+from watchdog.core.redact import redact_argv
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
 
