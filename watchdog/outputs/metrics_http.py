@@ -171,6 +171,7 @@ class _Gate:
         self._partial: set[Any] = set()  # hold part of a request; polled, not selected
         self._last_recheck = 0.0
         self._closed = False
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-gate", daemon=True)
         self._thread.start()
 
@@ -182,9 +183,11 @@ class _Gate:
                 self._drop(oldest, f"more than {MAX_PENDING} connections still sending")
             self._pending[sock] = (address, time.monotonic() + HEADER_DEADLINE_S)
             self._sel.register(sock, selectors.EVENT_READ)
+        self._wake.set()
 
     def close(self) -> None:
         self._closed = True
+        self._wake.set()
 
     def _forget(self, sock: Any) -> None:
         self._pending.pop(sock, None)
@@ -198,8 +201,9 @@ class _Gate:
         while not self._closed:
             with self._lock:
                 empty = not self._pending
-            if empty:
-                time.sleep(0.01)
+            if empty:  # idle: sleep until a connection arrives, no polling
+                self._wake.wait(1.0)
+                self._wake.clear()
                 continue
             for key, _ in self._sel.select(timeout=RECHECK_S):
                 self._check(key.fileobj)
