@@ -32,9 +32,13 @@ def env() -> dict[str, str]:
     return out
 
 
-def wait_for(path: Path, pattern: str, timeout: float = 60) -> re.Match[str]:
+def wait_for(
+    path: Path, pattern: str, timeout: float = 60, proc: subprocess.Popen[bytes] | None = None
+) -> re.Match[str]:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"the watchdog exited ({proc.returncode}): {path.read_text()[-500:]}")
         m = re.search(pattern, path.read_text(errors="replace")) if path.exists() else None
         if m:
             return m
@@ -93,19 +97,22 @@ def main() -> None:
     )  # fmt: skip
     while not port_file.exists() or not port_file.read_text().strip():
         time.sleep(0.1)
+    stall = min(30.0, a.window_s / 2)  # thresholds must fit inside the window (config checks)
     err = (tmp / "watchdog.err").open("wb")
     wd = subprocess.Popen(
         [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid), "--log-file", str(log),
          "--gpu-source", f"file:{gpu}", "--vllm-url", f"http://127.0.0.1:{port_file.read_text().strip()}",
-         "--tick-s", str(a.tick_s), "--window-s", str(a.window_s), "--stall-after-s", "30",
-         "--suspect-after-s", "8", "--blind-stall-after-s", "30", "--gpu-spin-for-s", "20",
+         "--tick-s", str(a.tick_s), "--window-s", str(a.window_s), "--stall-after-s", str(stall),
+         "--suspect-after-s", str(min(8.0, stall / 2)), "--blind-stall-after-s", str(stall),
+         "--gpu-spin-for-s", str(min(20.0, stall / 2)),
          "--metrics-addr", "127.0.0.1:0", "--no-cdn-default", "--no-stacks"],
         env=env(), stdout=subprocess.DEVNULL, stderr=err,
     )  # fmt: skip
     stop = threading.Event()
     talker = threading.Thread(target=chatter, args=(log, a.lines_per_s, stop), daemon=True)
     try:
-        port = int(wait_for(tmp / "watchdog.err", r"metrics on http://[^:]+:(\d+)/").group(1))
+        up = wait_for(tmp / "watchdog.err", r"metrics on http://[^:]+:(\d+)/", proc=wd)
+        port = int(up.group(1))
         talker.start()
         proc = psutil.Process(wd.pid)
         began, last = time.monotonic(), loop_figures(port)
