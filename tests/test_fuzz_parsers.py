@@ -89,7 +89,8 @@ def test_gpu_file_line_is_a_sample_or_a_bad_line(obj: dict) -> None:
         sample, ts = parse_gpu_line(json.dumps(obj, default=str))
     except BadLine:
         return
-    assert 0 <= sample.index <= 1023 and 0 <= sample.sm <= 1 and 0 <= sample.dram <= 1
+    assert 0 <= sample.index <= 1023 and 0 <= sample.sm <= 1
+    assert sample.dram is None or 0 <= sample.dram <= 1
     assert ts is None or isinstance(ts, float)
 
 

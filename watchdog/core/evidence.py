@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from watchdog.core.context import Context
-from watchdog.core.model import Frame, StackSample
+from watchdog.core.model import Frame, Observation, StackSample
 from watchdog.core.signatures import Rule
+from watchdog.core.spinsignals import describe, host_cpu, spin_by
 
 
 def _log(rule: Rule, ctx: Context) -> str | None:
@@ -84,20 +85,16 @@ def _cdn_socket(rule: Rule, ctx: Context) -> str | None:
 def _gpu_spin(rule: Rule, ctx: Context) -> str | None:
     th = ctx.th
     for g in ctx.obs.gpus:
-        start = None
+        start: Observation | None = None
         for o in reversed(list(ctx.window)):
             s = next((x for x in o.gpus if x.index == g.index), None)
-            if s is None or s.sm is None or s.dram is None:
+            if s is None or spin_by(s, th) is None:
                 break
-            if s.sm < th.gpu_spin_sm or s.dram > th.gpu_spin_dram or s.procs == 0:
-                break
-            start = o.t
-        if start is not None and ctx.obs.t - start >= th.gpu_spin_for_s:
-            procs = "" if g.procs is None else f", {g.procs} compute process(es)"
-            return (
-                f"GPU {g.index} ({g.name or 'unknown'}) SM {g.sm:.2f}, DRAM {g.dram:.2f} "
-                f"for {ctx.obs.t - start:.0f} s{procs} (source: {g.method or 'unknown'})"
-            )
+            start = o
+        by = spin_by(g, th)
+        if start is not None and by is not None and ctx.obs.t - start.t >= th.gpu_spin_for_s:
+            cpu = host_cpu(start, ctx.obs)
+            return describe(g, ctx.obs.t - start.t, by, th, cpu)
     return None
 
 
