@@ -26,6 +26,7 @@ import psutil
 from watchdog.core.redact import redact_argv
 from watchdog.daemon.leftovers import report_leftovers
 from watchdog.sources.deadline import Worker
+from watchdog.sources.linesplit import Block
 from watchdog.sources.logs import StreamReader
 
 log = logging.getLogger("hang_watchdog.supervise")
@@ -59,6 +60,7 @@ class Supervisor:
         self.starts = 0
         self._readers: list[StreamReader] = []
         self._retired: list[StreamReader] = []
+        self._dropped_gone = 0  # lines dropped by readers of children that are gone
         # A restart runs in a background thread while a signal may shut everything down: one
         # lock for start/stop (held through a stop's grace), and once closing no start may
         # follow. The loop's reads take only the short readers lock, never waiting on a stop.
@@ -71,7 +73,7 @@ class Supervisor:
         # exit 0 after its engine died (vllm #48966), which must not read as success.
         self.death_pattern = death_pattern
         self.engine_died = False
-        self._held_lines: list[str] = []
+        self._held_blocks: list[Block] = []
         # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not the process:
         # every start (restarts run in background threads) forks from this one long-lived thread.
         self._spawner: Worker | None = None
@@ -106,7 +108,7 @@ class Supervisor:
         with self._readers_lock:
             self._retired.extend(self._readers)
             self._readers = readers
-            self._held_lines = []
+            self._held_blocks = []
         self.starts += 1
         self.engine_died = False
         log.info("started %s (pid %d)", " ".join(redact_argv(argv)), self.popen.pid)
@@ -129,7 +131,7 @@ class Supervisor:
         with self._readers_lock:
             for r in self._readers:  # its last lines (the EngineDeadError) may still be in flight
                 r.wait(wait_output_s)
-            self._held_lines.extend(self._lines())
+            self._held_blocks.extend(self._blocks())
         if code == 0 and self.engine_died:
             log.error("the server exited 0 after its engine died; reporting failure (exit 1)")
             return 1
@@ -188,15 +190,32 @@ class Supervisor:
             return self._lines()
 
     def _lines(self) -> list[str]:
+        return [line for block in self._blocks() for line in block.lines()]
+
+    def blocks(self) -> list[Block]:
+        """The current child's new output as line blocks (the log source's block path)."""
+        with self._readers_lock:
+            return self._blocks()
+
+    def _blocks(self) -> list[Block]:
         for r in self._retired:
-            r.read()
+            r.read_blocks()
+        self._dropped_gone += sum(r.dropped for r in self._retired if r.eof)
         self._retired = [r for r in self._retired if not r.eof]
-        out, self._held_lines = self._held_lines, []
+        out, self._held_blocks = self._held_blocks, []
         for r in self._readers:
-            out.extend(r.read())
+            out.extend(r.read_blocks())
         if self.death_pattern is not None and not self.engine_died:
-            self.engine_died = any(self.death_pattern.search(line) for line in out)
+            self.engine_died = any(
+                self.death_pattern.search(b.data.decode("utf-8", "replace")) for b in out
+            )
         return out
+
+    @property
+    def dropped(self) -> int:
+        """Lines every child reader so far dropped because the loop fell behind."""
+        with self._readers_lock:
+            return self._dropped_gone + sum(r.dropped for r in self._retired + self._readers)
 
     def close(self) -> None:
         with self._readers_lock:
@@ -218,6 +237,13 @@ class SupervisedReader:
 
     def read(self) -> list[str]:
         return self._sup.lines()
+
+    def read_blocks(self) -> list[Block]:
+        return self._sup.blocks()
+
+    @property
+    def dropped(self) -> int:
+        return self._sup.dropped
 
     def partials(self) -> list[str]:
         return self._sup.partials()

@@ -32,6 +32,7 @@ class Built:
     server: Any = None  # MetricsServer
     metrics: Any = None  # MetricsSink
     episodes: Any = None  # EpisodeHook
+    stdin: Any = None  # the StreamReader of `--log-file -`: its EOF means the pipe closed
     extras: list[Any] = field(default_factory=list)
 
     def close(self) -> None:
@@ -46,17 +47,23 @@ def build(
     """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
     sigs = sigs or load_signatures(cfg.signatures)
     supervisor = Supervisor(cfg.command, death_pattern=_death(sigs)) if cfg.command else None
+    logs, stdin = _logs(cfg, sigs, supervisor)
     sources = Sources(
         gpu=_gpu(cfg),
-        logs=_logs(cfg, sigs, supervisor),
+        logs=logs,
         server=_server(cfg),
         procs=_procs(cfg, supervisor),
         facts=_facts(cfg),
     )
     if sources.procs is not None:
         sources.conns = _conns(cfg)
-    daemon = Daemon(cfg, sigs, sources, emitter=emitter or Emitter(cfg.log_format))
-    built = Built(daemon=daemon, supervisor=supervisor)
+    emitter = emitter or Emitter(cfg.log_format)
+    daemon = Daemon(cfg, sigs, sources, emitter=emitter)
+    if emitter.remediation is None:  # the verdict block says what --remediate does about it
+        from watchdog.remediation.describe import remediation_note
+
+        emitter.remediation = lambda v: remediation_note(cfg, sigs, v, daemon.window.progress.facts)
+    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin)
     _metrics(cfg, sigs, built)
     _episodes(cfg, built)
     _remediation(cfg, sigs, built)
@@ -74,20 +81,28 @@ def _death(sigs: SignatureSet) -> re.Pattern[str] | None:
 def _gpu(cfg: Config) -> Any:
     from watchdog.sources.gpusource import make_gpu_source
 
+    if cfg.gpu_source.strip() == "none":
+        # Off on purpose: no source at all, so no `source_up{source="gpu"} 0` for
+        # HangWatchdogBlind to fire on, and no poll deadline to miss.
+        return None
     try:
         return make_gpu_source(cfg.gpu_source)
     except ValueError as exc:
         raise ConfigError(f"key 'gpu_source': {exc}") from exc
 
 
-def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any:
+def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> tuple[Any, Any]:
+    """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
     from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
+    stdin = None
     for path in cfg.log_files:
-        readers.append(
-            StreamReader(sys.stdin.buffer, "stdin") if path == "-" else FileFollower(path)
-        )
+        if path == "-":
+            stdin = stdin or StreamReader(sys.stdin.buffer, "stdin")
+            readers.append(stdin)
+        else:
+            readers.append(FileFollower(path))
     if cfg.journal_unit:
         from watchdog.sources.journal import JournalReader
 
@@ -95,8 +110,8 @@ def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any
     if supervisor is not None:
         readers.append(supervisor.reader())
     if not readers:
-        return None
-    return LogSource(readers, keep=sigs.log_keep_pattern())
+        return None, None
+    return LogSource(readers, keep=sigs.log_keep_pattern()), stdin
 
 
 def _server(cfg: Config) -> Any:
@@ -136,13 +151,21 @@ def _conns(cfg: Config) -> Any:
         hosts = CdnHosts(cfg.cdn_hosts, default=DEFAULT_CDN if cfg.cdn_default else None)
     except ValueError as exc:
         raise ConfigError(f"key 'cdn_hosts': {exc}") from exc
-    return ConnSource(hosts, Resolver())
+    # The default CDN not resolving is normal on an air-gapped host: said once, quietly.
+    quiet = frozenset({DEFAULT_CDN[0]}) if cfg.cdn_default else frozenset()
+    return ConnSource(hosts, Resolver(quiet=quiet))
 
 
 def _facts(cfg: Config) -> Any:
     from watchdog.sources.facts import FactsSource
 
-    return FactsSource()
+    facts = FactsSource()
+    if cfg.nccl_ras == "off":
+        return facts
+    from watchdog.sources.nccl_ras import RasClient, RasSource, WithRas
+
+    client = RasClient(cfg.nccl_ras_addr, deadline_s=cfg.nccl_ras_deadline_s)
+    return WithRas(facts, RasSource(client, mode=cfg.nccl_ras, interval_s=cfg.nccl_ras_interval_s))
 
 
 def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
@@ -153,8 +176,17 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         addr = parse_addr(cfg.metrics_addr)
     except ValueError as exc:
         raise ConfigError(f"key 'metrics_addr': {exc}") from exc
-    sink = MetricsSink(sigs.ids, version=__version__, stale_after_s=cfg.metrics_stale_s)
+    from watchdog.outputs.fleet import FleetLabels
+
+    sink = MetricsSink(
+        sigs.ids,
+        version=__version__,
+        stale_after_s=cfg.metrics_stale_s,
+        fleet=FleetLabels.resolve(cfg.deployment, cfg.node),
+    )
     built.metrics = sink
+    if built.daemon.sources.logs is not None:
+        built.daemon.sources.logs.on_skip = sink.log_lines_skipped
     built.daemon.hooks.append(_MetricsHook(sink))
     if addr is not None:
         worst = built.daemon.worst_tick_s()

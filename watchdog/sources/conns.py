@@ -9,7 +9,9 @@ background thread so that a slow DNS server never stalls the watchdog's loop.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +23,8 @@ import psutil
 
 from watchdog.core.model import Connection
 from watchdog.sources.base import SourceHealth
+
+log = logging.getLogger("hang_watchdog.sources.conns")
 
 DEFAULT_CDN = ("edge.urm.nvidia.com", 443)
 Endpoint = tuple[str, int | None]  # (host, port); port None matches any port
@@ -105,6 +109,23 @@ def resolve_host(host: str) -> frozenset[str]:
     return frozenset(_normal_ip(str(info[4][0])) for info in infos)
 
 
+def _proc_net_keys(ip: str) -> tuple[str, ...]:
+    """How an address is spelled in /proc/net/tcp{,6}: each 32-bit word in host (little-endian
+    on x86 and arm64) byte order, in hex, then `:PORT`; IPv4 also as v4-mapped IPv6."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return ()
+    raw = addr.packed
+    order = "little" if sys.byteorder == "little" else "big"
+    words = "".join(f"{int.from_bytes(raw[i : i + 4], order):08X}" for i in range(0, len(raw), 4))
+    if isinstance(addr, ipaddress.IPv6Address):
+        return (words + ":",)
+    mapped = ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + raw).packed
+    v6 = "".join(f"{int.from_bytes(mapped[i : i + 4], order):08X}" for i in range(0, 16, 4))
+    return (words + ":", v6 + ":")
+
+
 def _normal_ip(ip: str) -> str:
     """Canonical text for an address; an IPv4-mapped IPv6 address becomes plain IPv4."""
     try:
@@ -126,8 +147,11 @@ class Resolver:
         refresh_s: float = 300.0,
         retry_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        quiet: frozenset[str] = frozenset(),
     ) -> None:
         self._resolve = resolve
+        self._quiet = quiet  # hosts whose failure is expected offline: one info line, not down
+        self._said: set[str] = set()
         self._refresh_s = refresh_s
         self._retry_s = retry_s
         self._clock = clock
@@ -173,7 +197,16 @@ class Resolver:
             self.health.ok()
         except (OSError, UnicodeError) as e:  # socket.gaierror is an OSError
             addrs, delay = frozenset(), self._retry_s
-            self.health.down(f"cannot resolve {host}: {e}")
+            if host not in self._quiet:
+                self.health.down(f"cannot resolve {host}: {e}")
+            elif host not in self._said:  # air-gapped hosts are a main audience: no warning
+                self._said.add(host)
+                log.info(
+                    "%s does not resolve (%s): an offline host, so FlashInfer cannot download "
+                    "from it either; sockets to it go unrecognised until it resolves",
+                    host,
+                    e,
+                )
         with self._lock:
             if addrs or host not in self._known:
                 self._known[host] = addrs  # keep stale addresses rather than none on an error
@@ -197,11 +230,13 @@ class ConnSource:
         *,
         psutil_module: ModuleType = psutil,
         clock: Callable[[], float] = time.monotonic,
+        net_root: str = "/proc/net",
     ) -> None:
         self.hosts = hosts
         self.resolver = resolver
         self.health = SourceHealth(self.name)
         self._ps = psutil_module
+        self._net_root = net_root
         self._clock = clock
         self._first_seen: dict[tuple[int, Any, Any], float] = {}
 
@@ -221,6 +256,8 @@ class ConnSource:
         seen: dict[tuple[int, Any, Any], float] = {}
         found: list[Connection] = []
         denied: list[int] = []
+        if not by_ip or not self._any_socket_to(by_ip):
+            pids = ()  # no socket anywhere goes to a CDN address: no per-process walk at all
         for pid in pids:
             try:
                 conns = self._sockets(pid)
@@ -242,6 +279,25 @@ class ConnSource:
         else:
             self.health.ok()
         return tuple(found)
+
+    def _any_socket_to(self, by_ip: Mapping[str, list[Endpoint]]) -> bool:
+        """Whether the socket tables psutil reads (`/proc/net/tcp` and `tcp6`, the watchdog's
+        network namespace) mention any CDN address at all: one read of each per tick instead of
+        every process's fd table and a parse of both tables per process (psutil's
+        net_connections), which was most of the healthy loop's CPU. True when unreadable."""
+        texts: list[str] = []
+        for table in ("tcp", "tcp6"):
+            try:
+                with open(f"{self._net_root}/{table}", encoding="ascii", errors="replace") as fh:
+                    texts.append(fh.read())
+            except FileNotFoundError:
+                continue  # no IPv6 in this kernel
+            except OSError:
+                return True
+        if not texts:
+            return True
+        text = "\n".join(texts)
+        return any(key in text for ip in by_ip for key in _proc_net_keys(ip))
 
     def _sockets(self, pid: int) -> list[Any]:
         proc = self._ps.Process(pid)

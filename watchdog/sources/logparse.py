@@ -281,3 +281,16 @@ def _bars(msg: str) -> _Parsed | None:
 
 # Order matters only where texts overlap: stats and jit lines are the most specific.
 _PARSERS: tuple[Callable[[str], _Parsed | None], ...] = (_stats, _jit, _table, _bars)
+
+
+def literal_keys() -> tuple[str, ...]:
+    """Substrings one of which every line that yields a parsed event contains (each parser's
+    guard above): the log source's prefilter skips lines holding none of them unparsed."""
+    return (
+        "Avg prompt throughput",  # _stats
+        "flashinfer.jit: ",  # _jit
+        *(needle for _kind, _field, _value, needle, _pattern in _TABLE),
+        "% Completed |",  # _bars: _LOADING
+        "%|",  # _bars: _BAR
+        "it [",  # _bars: _BAR_NOTOTAL
+    )
