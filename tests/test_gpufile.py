@@ -234,6 +234,52 @@ def test_deeply_nested_json_is_one_bad_line(tmp_path: Path, clock: FakeClock) ->
     src.close()
 
 
+# -- lies a GPU file can tell (issue 11.7) ---------------------------------------------------
+
+
+def test_a_gpu_that_goes_silent_is_dropped_not_frozen(tmp_path: Path) -> None:
+    path, now = tmp_path / "gpu.jsonl", [1000.0]
+    path.write_text("")
+    src = GpuFileSource(path, stale_after_s=5, clock=lambda: now[0])
+    src.poll()
+    with path.open("a") as fh:
+        fh.write('{"gpu": 0, "sm": 0.5, "dram": 0.5}\n{"gpu": 1, "sm": 0.9, "dram": 0.1}\n')
+    assert [g.index for g in src.poll()] == [0, 1]
+    now[0] += 10
+    with path.open("a") as fh:
+        fh.write('{"gpu": 0, "sm": 0.5, "dram": 0.5}\n')  # GPU 1 stopped reporting
+    assert [g.index for g in src.poll()] == [0]
+    assert src.health.up
+
+
+def test_a_timestamp_in_the_future_does_not_keep_the_source_up(tmp_path: Path) -> None:
+    path, now = tmp_path / "gpu.jsonl", [1000.0]
+    path.write_text("")
+    src = GpuFileSource(path, stale_after_s=5, clock=lambda: now[0])
+    src.poll()
+    with path.open("a") as fh:
+        fh.write('{"gpu": 0, "sm": 0.5, "dram": 0.5, "ts": 99999999999}\n')
+    assert src.poll()
+    now[0] += 30  # the writer stopped
+    assert src.poll() == ()
+    assert not src.health.up
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"gpu": 99999999999999999999999, "sm": 0.5, "dram": 0.5}',
+        '{"gpu": 1024, "sm": 0.5, "dram": 0.5}',
+        '{"gpu": 0, "sm": 0.5, "dram": 0.5, "ts": 1' + "0" * 400 + "}",
+        '{"gpu": 0, "sm": 0.5, "dram": 0.5, "power_w": 1' + "0" * 400 + "}",
+        '{"gpu": 0, "sm": 0.5, "dram": 0.5, "pids": [99999999999999]}',
+    ],
+)
+def test_impossible_numbers_are_bad_lines(line: str) -> None:
+    with pytest.raises(BadLine):
+        parse_line(line)
+
+
 def test_null_dram_and_power_limit_and_max_clock_are_read() -> None:
     sample, _ = parse_line(
         json.dumps(

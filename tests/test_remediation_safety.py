@@ -189,3 +189,25 @@ def test_fallback_overrides_are_checked_at_start(tmp_path: Path, overrides, need
         check_overrides(overrides, load_signatures())
     check_overrides({"gpu_kernel_spin": "disable_trtllm_attention"}, load_signatures())
     assert Config().fallback_overrides == {}
+
+
+# -- clocks (issue 11.14): intervals on the monotonic clock, persisted as Unix seconds --------
+
+
+def test_steady_wall_ignores_a_wall_clock_step() -> None:
+    from watchdog.remediation.limits import SteadyWall
+
+    wall, mono = [1_000_000.0], [50.0]
+    steady = SteadyWall(lambda: wall[0], lambda: mono[0])
+    wall[0] += 7200  # NTP steps the clock two hours forward; only 10 s really pass
+    mono[0] += 10
+    assert steady() == 1_000_010.0
+
+
+def test_a_restart_stamped_in_the_future_counts_from_now() -> None:
+    from watchdog.remediation.limits import clamp_future, gate
+    from watchdog.remediation.state import RemediationState
+
+    state = RemediationState(restarts=[5_000.0])  # recorded before the clock was set back
+    clamp_future(state, 1_000.0)
+    assert gate(state, 1_000.0 + 601, cooldown_s=600, window_s=3600, max_restarts=3).blocked == ""

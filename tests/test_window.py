@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.obsbuilder import Timeline, events, procs, sample_lines, window_of
-from watchdog.core.model import ServerSample
+from watchdog.core.model import Observation, ServerSample
 from watchdog.core.window import Window
 
 
@@ -131,3 +131,37 @@ def test_progress_facts_survive_eviction() -> None:
     assert len(w) == 31
     assert w.progress.pending and w.progress.pending_since == tl.obs[0].t
     assert w.progress.bars == {"Processed prompts": (0, 1)}
+
+
+# -- memory bounded by the window, not by log volume (issue 11.11) ---------------------------
+
+
+def _line_obs(t: float, n: int, chars: int) -> Observation:
+    from watchdog.core.model import LogEvent
+
+    text = "Traceback: " + "x" * chars
+    return Observation(t=t, wall=t, logs=tuple(LogEvent("line", text) for _ in range(n)))
+
+
+def test_a_huge_line_is_kept_as_its_head_and_tail() -> None:
+    from watchdog.core.window import MAX_EVENT_CHARS
+
+    w = Window(span_s=600)
+    w.append(_line_obs(0.0, 1, 65536))
+    (ev,) = w.latest.logs
+    assert len(ev.line) < MAX_EVENT_CHARS + 64
+    assert ev.line.startswith("Traceback: ") and "characters ...]" in ev.line
+
+
+def test_log_text_held_stops_growing_with_volume() -> None:
+    w = Window(span_s=10_000, max_len=100_000, max_chars=1 << 20)
+    held = []
+    for t in range(2000):  # 2000 ticks x 20 lines x 4 KB = 160 MB offered
+        w.append(_line_obs(float(t), 20, 4000))
+        held.append(w.chars)
+    from watchdog.core.window import OLD_EVENT_CHARS
+
+    offered = 2000 * 20 * 4011
+    floor = 2000 * 20 * (OLD_EVENT_CHARS + 48)  # every old line shrunk to its head and tail
+    assert max(held) <= (1 << 20) + 20 * 4200 + floor
+    assert held[-1] < offered / 10

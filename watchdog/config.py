@@ -208,6 +208,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:  # `x = [[[[...` past the parser's depth limit
+        raise ConfigError(f"{path}: TOML nested too deeply to be a config file") from exc
     return doc
 
 
@@ -226,6 +228,10 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     elif "int" in kind and "float" not in kind:
         if isinstance(value, bool) or not isinstance(value, int):
             raise bad
+        if abs(value) > MAX_NUMBER:  # OverflowError later, in a sleep or a C call
+            raise ConfigError(
+                f"{origin}: key {key!r}: must be a number up to {MAX_NUMBER:g}, got {value!r}"
+            )
     elif "float" in kind:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
@@ -274,11 +280,8 @@ def _cross_check(cfg: Config, origin: str) -> None:
             raise ConfigError(
                 f"{origin}: key {key!r}: is a ratio between 0 and 1, got {getattr(cfg, key)}"
             )
-    if not (cfg.gpu_source in ("nvml", "none") or cfg.gpu_source.startswith(("dcgm:", "file:"))):
-        raise ConfigError(
-            f"{origin}: key 'gpu_source': must be nvml, none, dcgm:URL or file:PATH, "
-            f"got {cfg.gpu_source!r}"
-        )
+    _check_gpu_source(cfg.gpu_source, origin)
+    _check_target(cfg, origin)
     if cfg.suspect_after_s > cfg.stall_after_s:
         raise ConfigError(
             f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
@@ -329,12 +332,64 @@ def _check_window(cfg: Config, origin: str) -> None:
         )
 
 
+PID_MAX = 1 << 22  # the kernel's ceiling for /proc/sys/kernel/pid_max
+
+
+def _check_target(cfg: Config, origin: str) -> None:
+    if cfg.pid is not None and not 0 < cfg.pid <= PID_MAX:
+        raise ConfigError(f"{origin}: key 'pid': {cfg.pid} is not a process id (1-{PID_MAX})")
+    if cfg.match is not None:
+        import re
+
+        try:
+            re.compile(cfg.match)
+        except (re.error, OverflowError, RecursionError) as exc:
+            raise ConfigError(
+                f"{origin}: key 'match': {cfg.match[:200]!r} is not a valid regular expression: "
+                f"{exc}"
+            ) from exc
+    if cfg.command:
+        given = [k for k in ("pid", "match", "systemd_unit") if getattr(cfg, k)]
+        if given:
+            raise ConfigError(
+                f"{origin}: key {given[0]!r}: supervise mode (`run -- COMMAND`) watches the "
+                f"command it starts; drop {given[0]} or the `-- COMMAND`"
+            )
+
+
+def _check_gpu_source(spec: str, origin: str) -> None:
+    where = f"{origin}: key 'gpu_source'"
+    if spec in ("nvml", "none"):
+        return
+    if spec.startswith("file:"):
+        if not spec[5:].strip():
+            raise ConfigError(f"{where}: file: needs a path, e.g. file:/run/gpu.jsonl")
+        return
+    if spec.startswith("dcgm:"):
+        url = spec[5:]
+        try:
+            parts = urlsplit(url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            _ = parts.port
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ConfigError(
+                f"{where}: {url!r} is not a DCGM exporter URL; give dcgm:http://HOST:PORT/metrics"
+            )
+        return
+    raise ConfigError(f"{where}: must be nvml, none, dcgm:URL or file:PATH, got {spec!r}")
+
+
 def _check_vllm_url(url: str | None, origin: str) -> None:
     if not url:
         return
     where = f"{origin}: key 'vllm_url': {url!r}"
     hint = "give the server's base URL, e.g. http://127.0.0.1:8000"
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
+        raise ConfigError(f"{where} is not a URL ({exc}); {hint}") from exc
     if parts.scheme not in ("http", "https"):
         raise ConfigError(f"{where} is not an http:// or https:// URL; {hint}")
     host = parts.hostname

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
 import threading
 from typing import Any
@@ -38,7 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     checks.check_command(cfg.command)
     built = build(cfg)
     stop = threading.Event()
-    _on_signals(stop)
+    _on_signals(stop, built.supervisor, cfg.stop_grace_s)
     try:
         if built.server is not None:
             try:
@@ -95,8 +94,7 @@ def _watch(cfg: Config, built: Any, stop: threading.Event) -> int:
         except StopError as exc:
             logging.getLogger("hang_watchdog").error("stopping the server: %s", exc)
             return 1
-    code = sup.returncode()
-    return 0 if code is None else (code if code >= 0 else 128 - code)
+    return sup.exit_code()
 
 
 def _stdin_alone(cfg: Config) -> bool:
@@ -144,7 +142,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     _check_target(cfg, supervise=False)
     built = build(cfg)
     stop = threading.Event()
-    _on_signals(stop)
+    _on_signals(stop, built.supervisor, cfg.stop_grace_s)
 
     def done(v: Any) -> bool:
         if not args.until_hang or not v.is_hang:
@@ -177,8 +175,17 @@ def _color(stream: Any) -> bool:
     return use_color(stream)
 
 
-def _on_signals(stop: threading.Event) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+def _on_signals(stop: threading.Event, sup: Any = None, grace_s: float = 0.0) -> Any:
+    """SIGTERM, SIGINT and SIGHUP stop; a second one hurries (watchdog/daemon/signals.py)."""
+    from watchdog.daemon.signals import StopSignals
+
+    def describe() -> str:
+        if sup is None or sup.pid is None:
+            return "stopping"
+        return f"stopping the server (pid {sup.pid}; SIGKILL after {grace_s:.0f} s)"
+
+    signals = StopSignals(stop, describe=describe, hurry_exit=sup is None)
+    if sup is not None:
+        signals.hurry = sup.hurry
+    signals.install()
+    return signals

@@ -13,6 +13,7 @@ from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.ranks import Attribution, attribute, describe
+from watchdog.core.redact import redact_argv
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
 
@@ -21,6 +22,14 @@ STALLED_FIX = (
     "Read the stacks in the incident bundle (py-spy), check the server log, and restart it if "
     "it does not recover."
 )
+
+
+STOPPED_FIX = (
+    "A process of the server is stopped (state T: SIGSTOP, Ctrl-Z, or a debugger that stopped "
+    "it), so it makes no progress whatever it was doing. Resume it with `kill -CONT PID` (or "
+    "detach the debugger); restarting is not needed."
+)
+STOPPED_STATUS = "stopped"  # psutil.STATUS_STOPPED; "tracing-stop" (py-spy's pause) is not it
 
 
 def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
@@ -63,6 +72,15 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             reason=sig.title,
             **common,  # type: ignore[arg-type]
         )
+    stopped = None if ctx.gone else _stopped(window)
+    if stopped is not None:
+        return Verdict(
+            state="stalled",
+            reason=stopped,
+            evidence=(Evidence("procs", "stopped", stopped),),
+            fix=STOPPED_FIX,
+            **common,  # type: ignore[arg-type]
+        )
     state, reason = _benign_state(ctx, sigs)
     if state == "stalled":
         named = _open_operation(ctx, sigs)
@@ -84,6 +102,27 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         fix=STALLED_FIX if state == "stalled" else "",
         **common,  # type: ignore[arg-type]
     )
+
+
+def _stopped(window: Window) -> str | None:
+    """Which of the server's processes is stopped (state T) in the last two observations."""
+    obs = window.last(2)
+    if len(obs) < 2 or any(o.procs is None or not o.procs.alive for o in obs):
+        return None
+    both = [
+        {p.pid: p for p in o.procs.procs if p.status == STOPPED_STATUS}
+        for o in obs
+        if o.procs is not None
+    ]
+    pids = sorted(set(both[0]) & set(both[1]))
+    if not pids:
+        return None
+    p = both[1][pids[0]]
+    more = f" (and {len(pids) - 1} more)" if len(pids) > 1 else ""
+    # The title is the command line, which may carry a secret (--api-key VALUE): redacted.
+    title = " ".join(redact_argv((p.title or p.name).split()))
+    title = title if len(title) <= 80 else title[:77] + "..."
+    return f"pid {p.pid} ({title}) is stopped (state T){more}"
 
 
 def _ranks(ctx: Context) -> Attribution:

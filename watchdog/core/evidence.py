@@ -134,13 +134,21 @@ def _setting(rule: Rule, ctx: Context) -> str | None:
     return f"{rule.name} = {'auto' if value is None else value}"
 
 
+HEALTH_CONFIRM = 3  # answers in a row: a /health that flaps 200/503 is not a dead engine
+
+
 def _health(rule: Rule, ctx: Context) -> str | None:
     v = ctx.obs.server
-    return (
-        f"/health answered {v.health_status}"
-        if v is not None and v.health_status == rule.status
-        else None
-    )
+    if v is None or v.health_status != rule.status:
+        return None
+    answers = [
+        o.server.health_status
+        for o in ctx.window.last(4 * HEALTH_CONFIRM)
+        if o.server is not None and o.server.health_status is not None
+    ][-HEALTH_CONFIRM:]
+    if len(answers) < HEALTH_CONFIRM or any(a != rule.status for a in answers):
+        return None
+    return f"/health answered {v.health_status} {HEALTH_CONFIRM} times in a row"
 
 
 def _process_gone(rule: Rule, ctx: Context) -> str | None:

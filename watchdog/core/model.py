@@ -244,6 +244,14 @@ def from_dict(cls: type[T], data: Any) -> T:
     return typing.cast(T, _decode(cls, data))
 
 
+_LEAVES: dict[Any, tuple[type, ...]] = {
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+    bool: (bool,),
+}
+
+
 def _decode(tp: Any, data: Any) -> Any:
     if data is None:
         return None
@@ -252,10 +260,21 @@ def _decode(tp: Any, data: Any) -> Any:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         return _decode(args[0], data) if len(args) == 1 else data
     if origin is tuple:
+        if not isinstance(data, (list, tuple)):
+            raise TypeError(f"expected a list, got {type(data).__name__}")
         (item,) = typing.get_args(tp)[:1]
         return tuple(_decode(item, v) for v in data)
     if origin is dict:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
         return dict(data)
+    if tp in _LEAVES:
+        # A recorded timeline is input: a string where a number belongs must fail here, with
+        # the line named, not later inside the classifier.
+        ok = _LEAVES[tp]
+        if not isinstance(data, ok) or (tp is not bool and isinstance(data, bool)):
+            raise TypeError(f"expected {tp.__name__}, got {type(data).__name__} {data!r:.40}")
+        return data
     if dataclasses.is_dataclass(tp):
         renamed = getattr(tp, "RENAMED", {})
         if renamed and isinstance(data, dict):
@@ -263,6 +282,8 @@ def _decode(tp: Any, data: Any) -> Any:
                 renamed.get(k, k) if renamed.get(k, k) not in data else k: v
                 for k, v in data.items()
             }
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object for {tp.__name__}, got {type(data).__name__}")
         hints = typing.get_type_hints(tp)
         kwargs = {
             f.name: _decode(hints[f.name], data[f.name])

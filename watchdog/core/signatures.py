@@ -102,6 +102,8 @@ def _parse(text: str, origin: str) -> SignatureSet:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SignatureError(f"{origin}: not valid TOML: {exc}") from exc
+    except RecursionError as exc:  # `x = [[[[...` past the parser's depth limit
+        raise SignatureError(f"{origin}: TOML nested too deeply to be a signature file") from exc
     check_keys(doc, {"schema", "signature", "known_bad", "fallback", "benign"}, origin)
     if doc.get("schema", 1) != 1:
         raise SignatureError(
@@ -137,7 +139,7 @@ def _benign(e: Any, where: str) -> Benign:
         raise SignatureError(f"{where}: must be a table")
     body = dict(e)
     state = body.pop("state", None)
-    if state not in BENIGN_STATES:
+    if not isinstance(state, str) or state not in BENIGN_STATES:
         raise SignatureError(
             f"{where}: key 'state': must be one of {sorted(BENIGN_STATES)}, got {state!r}"
         )
@@ -187,10 +189,10 @@ def _signature(e: Any, where: str, origin: str) -> Signature:
     where = f"{origin}: signature '{sig_id}'"
     check_keys(e, _SIG_KEYS, where)
     when = get(e, "when", str, where, "stalled")
-    if when not in WHEN:
+    if not isinstance(when, str) or when not in WHEN:
         raise SignatureError(f"{where}: key 'when': must be one of {sorted(WHEN)}, got {when!r}")
     state = get(e, "state", str, where, "hung")
-    if state not in VERDICT_STATES:
+    if not isinstance(state, str) or state not in VERDICT_STATES:
         raise SignatureError(
             f"{where}: key 'state': must be one of {sorted(VERDICT_STATES)}, got {state!r}"
         )
@@ -223,7 +225,7 @@ def _rule(r: Any, where: str) -> Rule:
         raise SignatureError(f"{where}: must be a table")
     check_keys(r, _RULE_KEYS, where)
     kind = r.get("kind")
-    if kind not in EVIDENCE_KINDS:
+    if not isinstance(kind, str) or kind not in EVIDENCE_KINDS:
         raise SignatureError(
             f"{where}: key 'kind': must be one of {sorted(EVIDENCE_KINDS)}, got {kind!r}"
         )
@@ -286,7 +288,7 @@ def _known_bad(e: Any, where: str, origin: str) -> KnownBad:
     }
     check_keys(e, keys, where)
     severity = get(e, "severity", str, where, "fail")
-    if severity not in SEVERITIES:
+    if not isinstance(severity, str) or severity not in SEVERITIES:
         raise SignatureError(f"{where}: key 'severity': must be 'fail' or 'warn', got {severity!r}")
     package = get(e, "package", str, where, None)
     if not package:

@@ -8,6 +8,7 @@ not depend on secret values, so a redacted timeline replays to the same verdict.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -53,12 +54,25 @@ def _decode_line(path: str, n: int, line: str) -> Observation:
         data = json.loads(line)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{n}: not valid JSON ({e.msg}); {hint}") from e
+    except RecursionError as e:
+        raise ValueError(f"{path}:{n}: JSON nested too deeply; {hint}") from e
     if not isinstance(data, dict):
         raise ValueError(f"{path}:{n}: a JSON {type(data).__name__}, not an object; {hint}")
     missing = [k for k in ("t", "wall") if k not in data]
     if missing:
         raise ValueError(f"{path}:{n}: missing {', '.join(missing)}; {hint}")
+    for key in ("t", "wall"):
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+            raise ValueError(f"{path}:{n}: {key!r} must be a number of seconds, got {value!r}")
     try:
         return from_dict(Observation, data)
-    except (TypeError, KeyError, ValueError, AttributeError) as e:
+    except (TypeError, KeyError, ValueError, AttributeError, OverflowError, RecursionError) as e:
         raise ValueError(f"{path}:{n}: not an Observation ({e}); {hint}") from e
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(value) and abs(value) < 1e12
+    except OverflowError:  # an integer too large for a float
+        return False

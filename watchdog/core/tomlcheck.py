@@ -72,5 +72,5 @@ def regex(p: Any, where: str) -> re.Pattern[str]:
         raise SignatureError(f"{where}: expected a regex string, got {p!r}")
     try:
         return re.compile(p)
-    except re.error as exc:
-        raise SignatureError(f"{where}: invalid regex {p!r}: {exc}") from exc
+    except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}: OverflowError
+        raise SignatureError(f"{where}: invalid regex {p[:200]!r}: {exc}") from exc

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import islice
 from typing import Any
 
 from watchdog.core.model import LogEvent, Observation
 
 # Milestones after which the server is ready to serve (log kinds from watchdog/sources/logparse.py).
 READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
+# Log text is the window's only input that grows with the server: a logged 64 KB prompt per
+# line would otherwise hold ~100 MB (issue 11.11). Each kept line is cut to its head and tail,
+# and past a budget for the whole window the oldest lines shrink further (their verdict-time
+# use is the label and the first words; the full text is in the log itself).
+MAX_EVENT_CHARS = 4096
+OLD_EVENT_CHARS = 256
+MAX_WINDOW_CHARS = 8 << 20
 
 
 @dataclass
@@ -44,9 +52,15 @@ class Progress:
 class Window:
     """Observations of the last `span_s` seconds (at most `max_len`) and the Progress facts."""
 
-    def __init__(self, span_s: float = 600.0, max_len: int = 4000) -> None:
+    def __init__(
+        self, span_s: float = 600.0, max_len: int = 4000, max_chars: int = MAX_WINDOW_CHARS
+    ) -> None:
         self.span_s = span_s
         self._obs: deque[Observation] = deque(maxlen=max_len)
+        self._sizes: deque[int] = deque()  # log characters held by each observation
+        self._trimmed = 0  # how many of the oldest observations have been shrunk already
+        self.max_chars = max_chars
+        self.chars = 0
         self.progress = Progress()
 
     def __iter__(self) -> Iterator[Observation]:
@@ -59,14 +73,24 @@ class Window:
     def latest(self) -> Observation | None:
         return self._obs[-1] if self._obs else None
 
+    def last(self, n: int) -> list[Observation]:
+        """The newest `n` observations, oldest first (without copying the whole ring)."""
+        return list(islice(reversed(self._obs), n))[::-1]
+
     def since(self, t: float) -> list[Observation]:
         return [o for o in self._obs if o.t >= t]
 
     def append(self, obs: Observation) -> None:
         """Add one tick and update the progress facts from it."""
+        obs = _cap_logs(obs, MAX_EVENT_CHARS)
+        if self._obs.maxlen is not None and len(self._obs) == self._obs.maxlen:
+            self._evict()
         self._obs.append(obs)
+        self._sizes.append(_log_chars(obs))
+        self.chars += self._sizes[-1]
         while self._obs and self._obs[0].t < obs.t - self.span_s:
-            self._obs.popleft()
+            self._evict()
+        self._shrink_oldest()
         p = self.progress
         if obs.procs is not None and (obs.procs.restarted or obs.procs.target_pid != p.target_pid):
             if p.target_pid is not None:
@@ -81,6 +105,21 @@ class Window:
         if obs.procs is not None and p.phase == "loading":
             self._read_bytes(obs)
         self._update_pending(obs.t)
+
+    def _evict(self) -> None:
+        self._obs.popleft()
+        self.chars -= self._sizes.popleft()
+        self._trimmed = max(0, self._trimmed - 1)
+
+    def _shrink_oldest(self) -> None:
+        while self.chars > self.max_chars and self._trimmed < len(self._obs) - 1:
+            i = self._trimmed
+            small = _cap_logs(self._obs[i], OLD_EVENT_CHARS)
+            self._obs[i] = small
+            size = _log_chars(small)
+            self.chars += size - self._sizes[i]
+            self._sizes[i] = size
+            self._trimmed += 1
 
     def _rebaseline(self, t: float) -> None:
         facts = self.progress.facts
@@ -181,3 +220,26 @@ class Window:
         if why and not p.pending:
             p.pending_since = since
         p.pending, p.pending_why = bool(why), why
+
+
+def shorten(line: str, limit: int) -> str:
+    """`line` cut to about `limit` characters, keeping its head and its tail."""
+    if len(line) <= limit:
+        return line
+    head = limit * 3 // 4
+    tail = limit - head
+    return f"{line[:head]} [... {len(line) - limit} characters ...] {line[-tail:]}"
+
+
+def _cap_logs(obs: Observation, limit: int) -> Observation:
+    if all(len(ev.line) <= limit for ev in obs.logs):
+        return obs
+    logs = tuple(
+        ev if len(ev.line) <= limit else replace(ev, line=shorten(ev.line, limit))
+        for ev in obs.logs
+    )
+    return replace(obs, logs=logs)
+
+
+def _log_chars(obs: Observation) -> int:
+    return sum(len(ev.line) for ev in obs.logs)

@@ -16,6 +16,8 @@ from watchdog.core.model import Observation, StackSample, Verdict
 
 log = logging.getLogger("hang_watchdog.episodes")
 
+WRITE_RETRY_S = 15.0  # first retry of a failed bundle write; doubles up to the maximum
+WRITE_RETRY_MAX_S = 300.0
 HEALTHY_STATES = frozenset({"serving", "idle", "loading", "compiling", "starting"})
 
 
@@ -29,6 +31,8 @@ class Episode:
     incident: Path | None = None
     incident_signature: str | None = None
     healthy_ticks: int = 0
+    write_failures: int = 0  # failed bundle writes this episode (a full or read-only disk)
+    retry_write_t: float | None = None  # no new attempt before this time
 
 
 class EpisodeHook:
@@ -142,6 +146,8 @@ class EpisodeHook:
                 return False
         else:
             return False
+        if ep.retry_write_t is not None and obs.t < ep.retry_write_t:
+            return False  # the disk was full a moment ago: back off, do not retry every tick
         waiting = ep.capture_started_t is not None and self.capture is None
         return not (waiting and obs.t - ep.capture_started_t < self.capture_wait_s)  # type: ignore[operator]
 
@@ -159,9 +165,16 @@ class EpisodeHook:
         try:
             path = self.writer.write(incident)
         except OSError as exc:
-            log.error("could not write the incident bundle: %s", exc)
-            daemon.emitter.event("incident", f"could not write the incident bundle: {exc}")
-            ep.incident_signature = verdict.signature  # do not retry every tick
+            ep.write_failures += 1
+            delay = min(WRITE_RETRY_MAX_S, WRITE_RETRY_S * 2 ** (ep.write_failures - 1))
+            ep.retry_write_t = obs.t + delay
+            if ep.write_failures == 1 or ep.write_failures.bit_count() == 1:  # 1, 2, 4, 8...
+                msg = (
+                    f"could not write the incident bundle ({exc}); "
+                    f"retrying in {delay:.0f} s, the verdict above is the evidence meanwhile"
+                )
+                log.error("%s", msg)
+                daemon.emitter.event("incident", msg)
             return
         ep.incident, ep.incident_signature = path, verdict.signature
         self.incidents.append(path)

@@ -104,6 +104,14 @@ class Daemon:
         self._server_call = DeadlineCall(
             "vllm", _health(sources.server), _scrape_s(sources.server, 2)
         )
+        # A FIFO or a hung network mount at a log path blocks open() or read() for ever.
+        self._logs_call = DeadlineCall(
+            "logs",
+            _health(sources.logs),
+            max(0.5, cfg.tick_s),
+            hint="a FIFO or a hung network mount at the log path, or a flood of lines?",
+            keep_late=True,
+        )
         self._server_environ: dict[str, str] | None = None
         self._gpu_scope: tuple[str, tuple[int, ...]] | None = None
         self._gpu_pick: tuple[int | None, frozenset[str]] | None = None  # (target, GPU ids)
@@ -142,7 +150,8 @@ class Daemon:
             t=self.clock(),
             wall=self.wall(),
             gpus=tuple(gpus),
-            logs=tuple(_safe(s.logs, lambda: s.logs.poll()) or ()) + tuple(self._injected),
+            logs=tuple(_safe(s.logs, lambda: self._logs_call(s.logs.poll)) or ())
+            + tuple(self._injected),
             server=_safe(s.server, lambda: self._server_call(s.server.poll)),
             procs=procs,
             conns=tuple(_safe(s.conns, lambda: s.conns.poll(pids, environ)) or ()),
@@ -241,6 +250,7 @@ class Daemon:
             (s.conns, self._environ_call),
             (s.gpu, self._gpu_call),
             (s.server, self._server_call),
+            (s.logs, self._logs_call),
         )
         budget = sum(call.deadline_s for source, call in calls if source is not None)
         return self.cfg.tick_s + budget
@@ -261,6 +271,7 @@ class Daemon:
             self._environ_call,
             self._gpu_call,
             self._server_call,
+            self._logs_call,
         ):
             call.close()
 

@@ -2,24 +2,30 @@
 
 It launches the command in its own session (so the whole tree can be signalled), passes its
 output through while reading it as the log source, and can stop and restart it with a
-fallback's extra arguments and environment.
+fallback's extra arguments and environment. The child is started with PR_SET_PDEATHSIG, so a
+watchdog killed with SIGKILL takes its server with it instead of orphaning it under PID 1.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
 import psutil
 
+from watchdog.core.redact import redact_argv
+from watchdog.daemon.leftovers import report_leftovers
+from watchdog.sources.deadline import Worker
 from watchdog.sources.linesplit import Block
 from watchdog.sources.logs import StreamReader
 
@@ -40,6 +46,7 @@ class Supervisor:
         env: Mapping[str, str] | None = None,
         tee_out: BinaryIO | None = None,
         tee_err: BinaryIO | None = None,
+        death_pattern: re.Pattern[str] | None = None,
     ) -> None:
         if not argv:
             raise ValueError("run --: no command given to supervise (e.g. run -- vllm serve MODEL)")
@@ -60,6 +67,16 @@ class Supervisor:
         self._lock = threading.RLock()
         self._readers_lock = threading.Lock()
         self.closing = False
+        # A second stop signal: skip the rest of the grace and SIGKILL the tree at once.
+        self.hurry = threading.Event()
+        # Lines that say the engine died (the engine_dead signature's log pattern): vLLM can
+        # exit 0 after its engine died (vllm #48966), which must not read as success.
+        self.death_pattern = death_pattern
+        self.engine_died = False
+        self._held_blocks: list[Block] = []
+        # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not the process:
+        # every start (restarts run in background threads) forks from this one long-lived thread.
+        self._spawner: Worker | None = None
 
     def start(
         self, extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None
@@ -74,15 +91,13 @@ class Supervisor:
         self.extra_args = list(extra_args)
         self.extra_env = dict(extra_env or {})
         argv = self.argv + [a for a in self.extra_args if a not in self.argv]
+        if self.starts:  # what the old server left behind would fail the new one
+            report_leftovers()
+        if self._spawner is None:
+            self._spawner = Worker("supervise-spawn")
+        env = {**self.env, **self.extra_env}
         try:
-            self.popen = subprocess.Popen(  # argv, never a shell
-                argv,
-                env={**self.env, **self.extra_env},
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+            self.popen = self._spawner.submit(lambda: _spawn(argv, env)).result()
         except OSError as exc:
             raise RuntimeError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
         assert self.popen.stdout is not None and self.popen.stderr is not None
@@ -93,8 +108,10 @@ class Supervisor:
         with self._readers_lock:
             self._retired.extend(self._readers)
             self._readers = readers
+            self._held_blocks = []
         self.starts += 1
-        log.info("started %s (pid %d)", " ".join(argv), self.popen.pid)
+        self.engine_died = False
+        log.info("started %s (pid %d)", " ".join(redact_argv(argv)), self.popen.pid)
         return self.popen.pid
 
     @property
@@ -103,6 +120,22 @@ class Supervisor:
 
     def returncode(self) -> int | None:
         return self.popen.poll() if self.popen is not None else None
+
+    def exit_code(self, wait_output_s: float = 2.0) -> int:
+        """The watchdog's exit code for a child that ended: its own code (128+N for signal N),
+        but 1 when it exited 0 after its engine died, so `Restart=on-failure` restarts it."""
+        code = self.returncode()
+        if code is None:
+            return 0
+        code = code if code >= 0 else 128 - code
+        with self._readers_lock:
+            for r in self._readers:  # its last lines (the EngineDeadError) may still be in flight
+                r.wait(wait_output_s)
+            self._held_blocks.extend(self._blocks())
+        if code == 0 and self.engine_died:
+            log.error("the server exited 0 after its engine died; reporting failure (exit 1)")
+            return 1
+        return code
 
     def current(self) -> subprocess.Popen[bytes] | None:
         return self.popen
@@ -129,10 +162,13 @@ class Supervisor:
         tree = _tree(child.pid)
         if child.poll() is None or tree:
             _signal_tree(child.pid, tree, signal.SIGTERM)
-        left = _wait_tree(child, tree, grace_s)
+        left = _wait_tree(child, tree, grace_s, self.hurry)
         if left is None:
             return child.returncode
-        log.warning("%s ignored SIGTERM for %.0f s; sending SIGKILL", left, grace_s)
+        if self.hurry.is_set():
+            log.warning("sending SIGKILL to %s now", left)
+        else:
+            log.warning("%s ignored SIGTERM for %.0f s; sending SIGKILL", left, grace_s)
         _signal_tree(child.pid, tree, signal.SIGKILL)
         left = _wait_tree(child, tree, 10.0)
         if left is not None:
@@ -166,9 +202,13 @@ class Supervisor:
             r.read_blocks()
         self._dropped_gone += sum(r.dropped for r in self._retired if r.eof)
         self._retired = [r for r in self._retired if not r.eof]
-        out: list[Block] = []
+        out, self._held_blocks = self._held_blocks, []
         for r in self._readers:
             out.extend(r.read_blocks())
+        if self.death_pattern is not None and not self.engine_died:
+            self.engine_died = any(
+                self.death_pattern.search(b.data.decode("utf-8", "replace")) for b in out
+            )
         return out
 
     @property
@@ -181,6 +221,9 @@ class Supervisor:
         with self._readers_lock:
             for r in self._retired + self._readers:
                 r.close()
+        if self._spawner is not None:
+            self._spawner.stop()
+            self._spawner = None
 
 
 class SupervisedReader:
@@ -207,6 +250,41 @@ class SupervisedReader:
 
     def close(self) -> None:
         self._sup.close()
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, resolved before any fork (the child may only call it, not look it up)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Popen in its own session, set to receive SIGKILL when the spawning thread dies."""
+    prctl, parent = _prctl(), os.getpid()
+
+    def die_with_parent() -> None:
+        # Runs in the forked child before exec: only async-signal-safe calls, nothing imported.
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the watchdog died between fork and prctl
+            os._exit(1)
+
+    return subprocess.Popen(  # argv, never a shell
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=die_with_parent,  # noqa: PLW1509 - no locks taken; see die_with_parent
+    )
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -240,9 +318,13 @@ def _running(proc: psutil.Process) -> bool:
 
 
 def _wait_tree(
-    child: subprocess.Popen[bytes], tree: Sequence[psutil.Process], timeout_s: float
+    child: subprocess.Popen[bytes],
+    tree: Sequence[psutil.Process],
+    timeout_s: float,
+    hurry: threading.Event | None = None,
 ) -> str | None:
-    """Wait until the child (reaped) and every recorded process are gone; what is left, if any."""
+    """Wait until the child (reaped) and every recorded process are gone, or `hurry` is set;
+    what is left, if any."""
     end = time.monotonic() + timeout_s
     while True:
         alive = [p.pid for p in tree if _running(p)]
@@ -250,7 +332,7 @@ def _wait_tree(
             alive.insert(0, child.pid)
         if not alive:
             return None
-        if time.monotonic() >= end:
+        if time.monotonic() >= end or (hurry is not None and hurry.is_set()):
             return f"pid{'s' if len(alive) > 1 else ''} {', '.join(map(str, alive))}"
         time.sleep(0.05)
 

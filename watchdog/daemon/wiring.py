@@ -46,7 +46,7 @@ def build(
 ) -> Built:
     """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
     sigs = sigs or load_signatures(cfg.signatures)
-    supervisor = Supervisor(cfg.command) if cfg.command else None
+    supervisor = Supervisor(cfg.command, death_pattern=_death(sigs)) if cfg.command else None
     logs, stdin = _logs(cfg, sigs, supervisor)
     sources = Sources(
         gpu=_gpu(cfg),
@@ -69,6 +69,13 @@ def build(
     _remediation(cfg, sigs, built)
     _notify(built)
     return built
+
+
+def _death(sigs: SignatureSet) -> re.Pattern[str] | None:
+    """The engine_dead signature's log pattern: a child that printed it and exited 0 failed."""
+    sig = sigs.get("engine_dead")
+    pats = [r.pattern.pattern for r in sig.evidence if r.pattern] if sig is not None else []
+    return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
 
 
 def _gpu(cfg: Config) -> Any:

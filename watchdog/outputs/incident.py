@@ -8,6 +8,7 @@ Retention is bounded by count and bytes, oldest first.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from typing import Any
 
 from watchdog import __version__
 from watchdog.core.model import GpuSample, Observation, Verdict, to_dict
-from watchdog.core.redact import redact_text, redact_tree, relevant_environ
+from watchdog.core.redact import redact_argv, redact_text, redact_tree, relevant_environ
 from watchdog.core.timeline import write_timeline
 from watchdog.outputs.summary import render_summary
 from watchdog.sources.stacks import CaptureResult
@@ -88,7 +89,7 @@ def build_environment(
 def _read_target(env: dict[str, Any], base: str) -> None:
     try:
         raw = Path(base, "cmdline").read_bytes()
-        env["cmdline"] = [redact_text(a) for a in _split_nul(raw)]
+        env["cmdline"] = redact_argv(_split_nul(raw))
     except OSError as e:
         env["errors"].append(f"could not read {base}/cmdline: {e.strerror or e}")
     try:
@@ -123,8 +124,21 @@ class IncidentWriter:
         self._clock = clock
 
     def write(self, incident: Incident) -> Path:
-        """Write `incident` as a new bundle directory and return its final path."""
+        """Write `incident` as a new bundle directory and return its final path.
+
+        Retention runs first (room for the new bundle), and a full disk costs the oldest
+        bundle, once, before the error is raised: the newest evidence matters most.
+        """
         self.root.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        self._enforce_retention(keep=None, room_for=1)
+        try:
+            return self._write(incident)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not self._drop_oldest():
+                raise
+        return self._write(incident)
+
+    def _write(self, incident: Incident) -> Path:
         now = self._clock()
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
         try:
@@ -186,15 +200,28 @@ class IncidentWriter:
             final = self.root / f"{stamp}-{label}-{n}"
         return final
 
-    def _enforce_retention(self, keep: Path) -> None:
+    def _bundles(self) -> list[Path]:
+        return sorted(p for p in self.root.iterdir() if p.is_dir() and _NAME_RE.match(p.name))
+
+    def _drop_oldest(self) -> bool:
+        """Remove the oldest bundle to make room on a full disk; False when there is none."""
+        with contextlib.suppress(OSError):
+            bundles = self._bundles()
+            if bundles:
+                shutil.rmtree(bundles[0], ignore_errors=True)
+                log.warning("incident disk full: removed the oldest bundle %s", bundles[0].name)
+                return True
+        return False
+
+    def _enforce_retention(self, keep: Path | None, room_for: int = 0) -> None:
         """Drop the oldest bundles until count and bytes fit; `keep` (the newest) always stays."""
-        bundles = sorted(p for p in self.root.iterdir() if p.is_dir() and _NAME_RE.match(p.name))
+        bundles = self._bundles()
         sizes = {p: _tree_bytes(p) for p in bundles}
         total = sum(sizes.values())
         for old in list(bundles):
             if old == keep:
                 continue
-            if len(bundles) <= self.max_incidents and total <= self.max_bytes:
+            if len(bundles) + room_for <= self.max_incidents and total <= self.max_bytes:
                 break
             shutil.rmtree(old, ignore_errors=True)
             bundles.remove(old)

@@ -6,12 +6,16 @@ parsing is testable alone. Binds 127.0.0.1 unless the operator configures otherw
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import selectors
 import socket
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -56,10 +60,19 @@ def parse_addr(addr: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
+CONNECTION_TIMEOUT_S = 10.0  # a handler waiting on a client (a reply it never reads) gives up
+HEADER_DEADLINE_S = 5.0  # a request must have arrived in full by then (slowloris)
+MAX_PENDING = 1024  # connections still sending their request; the oldest beyond are dropped
+MAX_HANDLERS = 32  # requests answered at once (each takes a thread)
+RECHECK_S = 0.05  # how often connections holding part of a request are looked at again
+LISTEN_BACKLOG = 128  # socketserver's default of 5 makes a burst of scrapers wait seconds
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Serves /metrics and /healthz from the sink attached to the server."""
 
     server: _Server
+    timeout = CONNECTION_TIMEOUT_S  # socketserver applies it to the connection (settimeout)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         """Route one GET request."""
@@ -91,14 +104,150 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class _Server(ThreadingHTTPServer):
-    """A threading HTTP server that carries the sink and speaks IPv4 or IPv6."""
+    """A threading HTTP server that carries the sink and speaks IPv4 or IPv6.
+
+    A connection gets a thread only once its request has fully arrived: until then it waits
+    in one selector (`_Gate`), so slow or idle clients cost a file descriptor, not a thread,
+    and cannot starve /healthz. Clients that hang up early are routine, not tracebacks.
+    """
 
     daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
 
     def __init__(self, host: str, port: int, sink: Scrapeable) -> None:
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sink = sink
+        self._slots = threading.BoundedSemaphore(MAX_HANDLERS)
+        self.dropped = 0
+        self._gate: _Gate | None = None
         super().__init__((host, port), _Handler)
+        self._gate = _Gate(self._dispatch, self._drop)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        assert self._gate is not None
+        self._gate.add(request, client_address)
+
+    def _dispatch(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(timeout=CONNECTION_TIMEOUT_S):
+            self._drop(request, "too many requests at once")
+            return
+        super().process_request(request, client_address)
+
+    def _drop(self, request: Any, why: str) -> None:
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 1000 == 0:
+            log.warning("metrics: %d connection(s) dropped so far (latest: %s)", self.dropped, why)
+        self.shutdown_request(request)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that disconnects or times out mid-request: one debug line, never a
+        traceback on stderr (it would break --log-format json)."""
+        log.debug("metrics: connection from %s ended early", client_address, exc_info=True)
+
+    def server_close(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+        super().server_close()
+
+
+class _Gate:
+    """Holds new connections in one selector until their request headers are complete."""
+
+    def __init__(
+        self,
+        ready: Callable[[Any, Any], None],
+        drop: Callable[[Any, str], None],
+    ) -> None:
+        self._ready, self._drop = ready, drop
+        self._sel = selectors.DefaultSelector()
+        self._pending: dict[Any, tuple[Any, float]] = {}  # socket -> (address, deadline)
+        self._lock = threading.Lock()
+        self._partial: set[Any] = set()  # hold part of a request; polled, not selected
+        self._last_recheck = 0.0
+        self._closed = False
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-gate", daemon=True)
+        self._thread.start()
+
+    def add(self, sock: Any, address: Any) -> None:
+        with self._lock:
+            if len(self._pending) >= MAX_PENDING:
+                oldest = min(self._pending, key=lambda s: self._pending[s][1])
+                self._forget(oldest)
+                self._drop(oldest, f"more than {MAX_PENDING} connections still sending")
+            self._pending[sock] = (address, time.monotonic() + HEADER_DEADLINE_S)
+            self._sel.register(sock, selectors.EVENT_READ)
+        self._wake.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    def _forget(self, sock: Any) -> None:
+        self._pending.pop(sock, None)
+        if sock in self._partial:
+            self._partial.discard(sock)
+            return
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            self._sel.unregister(sock)
+
+    def _run(self) -> None:
+        while not self._closed:
+            with self._lock:
+                empty = not self._pending
+            if empty:  # idle: sleep until a connection arrives, no polling
+                self._wake.wait(1.0)
+                self._wake.clear()
+                continue
+            for key, _ in self._sel.select(timeout=RECHECK_S):
+                self._check(key.fileobj)
+            self._recheck_partial()
+            now = time.monotonic()
+            with self._lock:
+                late = [s for s, (_, end) in self._pending.items() if end < now]
+                for sock in late:
+                    self._forget(sock)
+            for sock in late:
+                self._drop(sock, f"request not complete within {HEADER_DEADLINE_S:.0f} s")
+
+    def _recheck_partial(self) -> None:
+        """Sockets holding part of a request are out of the selector (they stay readable, which
+        would spin it): peek at them again every RECHECK_S instead."""
+        now = time.monotonic()
+        if now - self._last_recheck < RECHECK_S:
+            return
+        self._last_recheck = now
+        for sock in list(self._partial):
+            self._check(sock)
+
+    def _check(self, sock: Any) -> None:
+        try:
+            head = sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            head = b""
+        complete = b"\r\n\r\n" in head or b"\n\n" in head or len(head) >= 65536
+        if head and not complete:
+            with self._lock:
+                if sock in self._pending and sock not in self._partial:
+                    self._partial.add(sock)
+                    with contextlib.suppress(KeyError, ValueError, OSError):
+                        self._sel.unregister(sock)
+            return
+        with self._lock:
+            address = self._pending.get(sock, (None, 0.0))[0]
+            self._forget(sock)
+        if not head:
+            self._drop(sock, "closed before sending a request")
+            return
+        self._ready(sock, address)
 
 
 class MetricsServer:

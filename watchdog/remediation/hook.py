@@ -8,7 +8,6 @@ only looks at how they are doing, so the daemon loop never waits on them.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from watchdog.core.model import Observation, Verdict
 from watchdog.core.signatures import SignatureSet
 from watchdog.remediation.canary import CanaryHook
 from watchdog.remediation.fleet import fleet_block
-from watchdog.remediation.limits import Gate, gate
+from watchdog.remediation.limits import Gate, SteadyWall, clamp_future, gate
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
 from watchdog.remediation.state import StateError, StateStore
@@ -41,7 +40,7 @@ class RemediationHook:
         episodes: Any = None,
         busy: Callable[[bool], None] = lambda on: None,
         canary: CanaryHook | None = None,
-        wall: Callable[[], float] = time.time,
+        wall: Callable[[], float] | None = None,
     ) -> None:
         self.cfg, self.sigs, self.restarter, self.store = cfg, sigs, restarter, store
         self.metrics, self.episodes, self.busy, self.canary, self.wall = (
@@ -49,9 +48,10 @@ class RemediationHook:
             episodes,
             busy,
             canary,
-            wall,
+            wall or SteadyWall(),
         )
         self.state = store.load()
+        clamp_future(self.state, self.wall())
         self._mtime = self.store.stamp()
         self._save_error = ""
         self._handled: Any = None  # the episode already acted on
@@ -278,7 +278,13 @@ class RemediationHook:
         if ep is None:
             return None
         if getattr(self.episodes, "writer", None) is not None:
-            return ep.incident if ep.incident is not None and ep.incident_signature else None
+            if ep.incident is not None and ep.incident_signature:
+                return ep.incident
+            if getattr(ep, "write_failures", 0):
+                # The bundle cannot be written (disk full, read-only): waiting for it would
+                # block every restart; the verdict on stderr is the evidence then.
+                return ("episode", ep.started_t)
+            return None
         if ep.capture_started_t is not None and self.episodes.capture is None:
             return None  # stacks still being taken
         return ("episode", ep.started_t)
@@ -340,6 +346,7 @@ class RemediationHook:
         self._mtime = mtime
         try:
             self.state = self.store.load()
+            clamp_future(self.state, self.wall())
         except StateError as exc:
             log.error("remediation state: %s", exc)
             return

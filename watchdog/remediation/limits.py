@@ -6,6 +6,8 @@ forever), so the cap latches: once reached, nothing restarts until an operator c
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from watchdog.remediation.state import RemediationState
@@ -20,6 +22,28 @@ class Gate:
     blocked: str = ""  # why not ("" when allowed)
     exhausts: str = ""  # the reason to latch into the state, once
     rule: str = ""  # which limit blocked: exhausted, cooldown or cap (the text may change)
+
+
+class SteadyWall:
+    """Unix seconds that advance with the monotonic clock: restart times persist as wall
+    time (they must survive a watchdog restart), but an NTP step or a manual `date -s` while
+    running must not end a cooldown early or keep the cap from ever counting down."""
+
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._wall0, self._mono0, self._monotonic = wall(), monotonic(), monotonic
+
+    def __call__(self) -> float:
+        return self._wall0 + (self._monotonic() - self._mono0)
+
+
+def clamp_future(state: RemediationState, now: float) -> None:
+    """Restarts stamped in the future (the clock was set back since) count from now: else the
+    cooldown would hold until the clock catches up, and the cap would count them twice."""
+    state.restarts = [min(t, now) for t in state.restarts]
 
 
 def gate(

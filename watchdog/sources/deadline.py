@@ -57,8 +57,20 @@ class DeadlineCall:
     Exceptions from the call propagate to the caller, whose own guard decides what they mean.
     """
 
-    def __init__(self, name: str, health: SourceHealth | None, deadline_s: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        health: SourceHealth | None,
+        deadline_s: float,
+        *,
+        hint: str = "a /proc read blocked by a process stuck in the driver?",
+        keep_late: bool = False,
+    ) -> None:
         self.name, self.health, self.deadline_s = name, health, deadline_s
+        self.hint = hint
+        # keep_late: a call that returns after its deadline hands its result to the next call
+        # (log lines read late are still evidence; a late GPU sample is only stale).
+        self.keep_late = keep_late
         self._worker: Worker | None = None
         self._stuck: Future[Any] | None = None
 
@@ -67,7 +79,9 @@ class DeadlineCall:
             if not self._stuck.done():
                 self._down()
                 return None
-            self._stuck = None
+            late, self._stuck = self._stuck, None
+            if self.keep_late:
+                return late.result()
         if self._worker is None:
             self._worker = Worker(f"{self.name}-poll")
         fut = self._worker.submit(fn)
@@ -87,5 +101,5 @@ class DeadlineCall:
         if self.health is not None:
             self.health.down(
                 f"{self.name} poll did not return within {self.deadline_s:.1f} s "
-                "(a /proc read blocked by a process stuck in the driver?); skipped until it does"
+                f"({self.hint}); skipped until it does"
             )

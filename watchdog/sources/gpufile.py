@@ -27,6 +27,8 @@ MAX_LINE_BYTES = 1 << 20  # a "line" longer than this without a newline is dropp
 START_TAIL_BYTES = 1 << 20
 READ_CHUNK_BYTES = 8 << 20  # at most this much per poll; the rest waits for the next one
 WARN_LIMIT = 10  # per-line warnings before the rest are only counted
+PID_MAX = 1 << 22  # the kernel's ceiling for /proc/sys/kernel/pid_max
+MAX_GPU_INDEX = 1023  # NVML numbers GPUs from 0; no host has more (a larger one is a typo)
 
 
 class BadLine(ValueError):
@@ -64,6 +66,7 @@ class GpuFileSource:
         self._line_no = 0
         self._warned = 0
         self._latest: dict[int, _Seen] = {}
+        self._silent: set[int] = set()  # GPUs already reported as silent
         self._joined = False  # the first open starts near the end; later files from the start
 
     def poll(self) -> tuple[GpuSample, ...]:
@@ -80,12 +83,25 @@ class GpuFileSource:
                 self.health.down(f"no GPU samples in {self.path} yet")
             return ()
         now = self._clock()
-        age = min(now - (s.ts if s.ts is not None else s.arrived) for s in self._latest.values())
-        if age > self.stale_after_s:
-            self.health.down(f"no GPU samples in {self.path} for {age:.0f} s")
+        ages = {i: now - _stamp(s) for i, s in self._latest.items()}
+        fresh = sorted(i for i, age in ages.items() if age <= self.stale_after_s)
+        self._say_silent(ages)
+        if not fresh:
+            self.health.down(f"no GPU samples in {self.path} for {min(ages.values()):.0f} s")
             return ()
         self.health.ok()
-        return tuple(self._latest[i].sample for i in sorted(self._latest))
+        # A GPU that went silent has no current figures: reporting its last ones for ever
+        # would hide exactly the GPU that stopped (its collector died with it, or it fell off).
+        return tuple(self._latest[i].sample for i in fresh)
+
+    def _say_silent(self, ages: dict[int, float]) -> None:
+        silent = {i for i, age in ages.items() if age > self.stale_after_s}
+        for i in sorted(silent - self._silent):
+            self._log.warning(
+                "%s: no sample for GPU %d for %.0f s; its figures are dropped until it reports",
+                self.path, i, ages[i],
+            )  # fmt: skip
+        self._silent = silent
 
     def close(self) -> None:
         """Close the followed file."""
@@ -189,8 +205,9 @@ def parse_line(text: bytes | str) -> tuple[GpuSample, float | None]:
     if not isinstance(obj, dict):
         raise BadLine("not a JSON object")
     index = obj.get("gpu")
-    if not _is_int(index) or index < 0:
-        raise BadLine(f'"gpu" must be a GPU index (integer >= 0), got {index!r}')
+    if not _is_int(index) or not 0 <= index <= MAX_GPU_INDEX:
+        shown = repr(index) if not _is_int(index) or index < 10**12 else "a huge number"
+        raise BadLine(f'"gpu" must be a GPU index (integer 0-{MAX_GPU_INDEX}), got {shown}')
     sm = _ratio(obj, "sm")
     # `"dram": null` says the collector has no DRAM figure (GB10, GeForce without GPM); the
     # spin is then judged by power. A missing key is still an error: it is usually a typo.
@@ -215,6 +232,12 @@ def parse_line(text: bytes | str) -> tuple[GpuSample, float | None]:
     return sample, float(ts) if ts is not None else None
 
 
+def _stamp(seen: _Seen) -> float:
+    """When a sample was taken: its own `ts`, but never later than its arrival (a `ts` in the
+    future, from a skewed clock, would keep a dead writer's last sample fresh for ever)."""
+    return seen.arrived if seen.ts is None else min(seen.ts, seen.arrived)
+
+
 def _ratio(obj: dict[str, Any], key: str) -> float:
     value = obj.get(key)
     if not _is_number(value):
@@ -236,8 +259,11 @@ def _is_int(value: object) -> bool:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A finite int or float; JSON allows integers too large for a float (OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return value == value and -1e300 < value < 1e300
 
 
 def _is_pid_list(value: object) -> bool:
-    return isinstance(value, list) and all(_is_int(v) and v > 0 for v in value)
+    return isinstance(value, list) and all(_is_int(v) and 0 < v <= PID_MAX for v in value)

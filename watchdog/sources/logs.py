@@ -10,6 +10,7 @@ import collections
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO, Protocol
@@ -116,12 +117,21 @@ class FileFollower:
 
     def _open(self) -> bool:
         try:
-            fh = open(self.path, "rb")  # noqa: SIM115 - kept open across calls, closed in close()
+            # O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, for ever.
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:
             self._first_open = False  # a file that appears later is read from its start
             self.error = f"log file {self.path} does not exist (yet); waiting for it"
             return False
-        st = os.fstat(fh.fileno())
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            self.error = (
+                f"log file {self.path} is not a regular file (a FIFO or a device?); "
+                "pipe a stream into --log-file - instead"
+            )
+            return False
+        fh = os.fdopen(fd, "rb")
         self._fh, self._id, self.error = fh, (st.st_dev, st.st_ino), None
         self._offset = 0
         self._splitter = BlockSplitter(self._max_line_bytes)

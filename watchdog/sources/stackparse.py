@@ -47,35 +47,73 @@ class PyspyFailure:
     fix: str | None
 
 
+MAX_FRAMES = 4096  # per thread; deeper is a runaway recursion, and the top frames say it
+
+
 def parse_dump_json(text: str) -> tuple[list[dict[str, Any]], tuple[ThreadStack, ...]]:
-    """Parse `py-spy dump --json` output into the raw list and the model's ThreadStacks."""
+    """Parse `py-spy dump --json` output into the raw list and the model's ThreadStacks;
+    DumpParseError (and nothing else) for output of any other shape."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise DumpParseError(f"py-spy printed invalid JSON ({e})") from e
+    except RecursionError as e:  # `[[[[...` nested past the parser's depth limit
+        raise DumpParseError("py-spy printed JSON nested too deeply") from e
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
         raise DumpParseError("py-spy JSON is not a list of thread objects")
-    return data, tuple(_thread(t) for t in data)
+    threads = []
+    for i, raw in enumerate(data):
+        try:
+            threads.append(_thread(raw))
+        except (TypeError, ValueError, OverflowError, AttributeError) as e:
+            raise DumpParseError(f"py-spy JSON thread {i} has a malformed field ({e})") from e
+    return data, tuple(threads)
 
 
 def _thread(raw: dict[str, Any]) -> ThreadStack:
+    frames_raw = raw.get("frames") or ()
+    if not isinstance(frames_raw, list):
+        raise TypeError(f'"frames" is {type(frames_raw).__name__}, not a list')
     frames = tuple(
         Frame(
-            name=str(f.get("name") or ""),
-            filename=str(f.get("filename") or ""),
-            line=int(f.get("line") or 0),
-            module=str(f.get("module") or ""),
+            name=_text(f.get("name")),
+            filename=_text(f.get("filename")),
+            line=_int(f.get("line")),
+            module=_text(f.get("module")),
         )
-        for f in raw.get("frames") or ()
+        for f in frames_raw[:MAX_FRAMES]
         if isinstance(f, dict)
     )
     tid = raw.get("os_thread_id") or raw.get("thread_id") or 0
     return ThreadStack(
-        thread_id=int(tid),
-        name=str(raw.get("thread_name") or ""),
+        thread_id=_int(tid),
+        name=_text(raw.get("thread_name")),
         frames=frames,
         active=bool(raw.get("active")),
     )
+
+
+def _text(value: Any) -> str:
+    """A string field; anything else (a nested object a hostile dump put there) is refused."""
+    if value is None:
+        return ""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return str(value)[:1024]
+    raise TypeError(f"expected a string, got {type(value).__name__}")
+
+
+def _int(value: Any) -> int:
+    """An integer field (line number, thread id) within 64 bits."""
+    if value is None or value == "":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    if isinstance(value, str) and (len(value) > 20 or not value.lstrip("-").isdigit()):
+        raise ValueError(f"expected an integer, got {value[:40]!r}")
+    number = int(value)
+    if not -(1 << 63) <= number < 1 << 64:
+        raise OverflowError("integer beyond 64 bits")
+    return number
 
 
 def mark_unchanged(
@@ -95,7 +133,9 @@ def classify_failure(returncode: int, stderr: str, *, native: bool) -> PyspyFail
     if "permission denied" in low or "operation not permitted" in low:
         return PyspyFailure("permission_denied", f"permission denied: {first}", FIX_PERMISSION)
     if "failed to find python version" in low:
-        return PyspyFailure("not_python", "not a Python process", None)
+        return PyspyFailure(
+            "not_python", f"not a Python process (py-spy exit {returncode}: {first})", None
+        )
     if "no such file or directory" in low or "no such process" in low:
         return PyspyFailure("gone", f"process exited before it could be dumped: {first}", None)
     if native:

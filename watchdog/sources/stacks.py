@@ -220,6 +220,7 @@ class StackCapturer:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                errors="replace",  # a stray non-UTF-8 byte must not lose the whole dump
                 start_new_session=True,  # its own process group, so the kill takes its children
             )
         except PermissionError as e:
@@ -265,11 +266,14 @@ def _assemble(dumps: Sequence[_PidDump]) -> CaptureResult:
     raw_text = {d.proc.pid: d.text for d in good if d.text is not None}
     second = {d.proc.pid: d.second_text for d in good if d.second_text is not None}
     raw_json = {d.proc.pid: d.raw_json for d in good}
-    result, reason = _summarise(good, bad)
+    skipped = [d for d in dumps if d.kind == "not_python"]
+    result, reason = _summarise(good, bad, skipped)
     return CaptureResult(samples, raw_text, raw_json, second, result, reason)
 
 
-def _summarise(good: Sequence[_PidDump], bad: Sequence[_PidDump]) -> tuple[str, str]:
+def _summarise(
+    good: Sequence[_PidDump], bad: Sequence[_PidDump], skipped: Sequence[_PidDump] = ()
+) -> tuple[str, str]:
     unchanged = sum(t.unchanged for d in good for t in d.threads)
     problems = "; ".join(f"pid {d.proc.pid}: {d.error}" for d in bad)
     if good and not bad:
@@ -278,7 +282,10 @@ def _summarise(good: Sequence[_PidDump], bad: Sequence[_PidDump]) -> tuple[str, 
     if good:
         return "partial", f"dumped {len(good)} of {len(good) + len(bad)} process(es); {problems}"
     if not bad:
-        return "error", "no Python processes in the server's tree to dump"
+        said = "; ".join(f"pid {d.proc.pid}: {d.error}" for d in skipped[:3])
+        return "error", "py-spy found no Python interpreter in the server's tree" + (
+            f" ({said})" if said else ""
+        )
     kinds = {d.kind for d in bad}
     for kind in ("permission_denied", "timeout"):
         if kind in kinds:

@@ -1,0 +1,153 @@
+"""Soak: a live watchdog against a chatty healthy server for N minutes (prints numbers; asserts
+nothing). Every interval it prints the watchdog's RSS, threads, open fds and loop durations, and
+at the end the RSS and fd slopes after the window has filled (flat means bounded memory).
+
+Run: python benchmarks/soak.py [--minutes 15] [--tick-s 0.2] [--window-s 60] [--lines-per-s 2000]
+Everything stays on 127.0.0.1; the server is the simulated vLLM (watchdog/sim).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+ACCESS = '(APIServer pid=7) INFO:     127.0.0.1:50163 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+PROMPT = "(APIServer pid=7) INFO 12-01 10:00:00 [logger.py:1] Received request: prompt: '{}'\n"
+
+
+def env() -> dict[str, str]:
+    out = dict(os.environ)
+    out["PYTHONPATH"] = str(ROOT) + os.pathsep + out.get("PYTHONPATH", "")
+    return out
+
+
+def wait_for(
+    path: Path, pattern: str, timeout: float = 60, proc: subprocess.Popen[bytes] | None = None
+) -> re.Match[str]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"the watchdog exited ({proc.returncode}): {path.read_text()[-500:]}")
+        m = re.search(pattern, path.read_text(errors="replace")) if path.exists() else None
+        if m:
+            return m
+        time.sleep(0.1)
+    raise SystemExit(f"timed out waiting for {pattern!r} in {path}")
+
+
+def chatter(log: Path, per_s: int, stop: threading.Event) -> None:
+    """Access lines, and every hundredth line a long logged prompt (the 64 KB case)."""
+    with log.open("a") as fh:
+        n = 0
+        while not stop.is_set():
+            began = time.monotonic()
+            for _ in range(max(1, per_s // 10)):
+                n += 1
+                fh.write(PROMPT.format("word " * 4000) if n % 100 == 0 else ACCESS)
+            fh.flush()
+            stop.wait(max(0.0, 0.1 - (time.monotonic() - began)))
+
+
+def loop_figures(port: int) -> tuple[float, float]:
+    """(sum, count) of hang_watchdog_loop_duration_seconds from /metrics."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback only
+        body = resp.read().decode()
+    vals = dict(re.findall(r"^hang_watchdog_loop_duration_seconds_(sum|count) (\S+)$", body, re.M))
+    return float(vals.get("sum", 0)), float(vals.get("count", 0))
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (t, y) points, per minute."""
+    if len(points) < 2:
+        return 0.0
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    my = sum(y for _, y in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points) or 1.0
+    return sum((t - mt) * (y - my) for t, y in points) / var * 60
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--minutes", type=float, default=15.0)
+    ap.add_argument("--tick-s", type=float, default=0.2)
+    ap.add_argument("--window-s", type=float, default=60.0)
+    ap.add_argument("--lines-per-s", type=int, default=2000)
+    ap.add_argument("--every-s", type=float, default=10.0, help="seconds between samples")
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="soak-"))
+    log, gpu, port_file = tmp / "server.log", tmp / "gpu.jsonl", tmp / "port"
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario", "healthy", "--mode", "serve",
+         "--port", "0", "--port-file", str(port_file), "--log-file", str(log), "--gpu-file",
+         str(gpu), "--stats-interval", "1", "--startup-s", "1", "--workdir", str(tmp)],
+        env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    while not port_file.exists() or not port_file.read_text().strip():
+        time.sleep(0.1)
+    stall = min(30.0, a.window_s / 2)  # thresholds must fit inside the window (config checks)
+    err = (tmp / "watchdog.err").open("wb")
+    wd = subprocess.Popen(
+        [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid), "--log-file", str(log),
+         "--gpu-source", f"file:{gpu}", "--vllm-url", f"http://127.0.0.1:{port_file.read_text().strip()}",
+         "--tick-s", str(a.tick_s), "--window-s", str(a.window_s), "--stall-after-s", str(stall),
+         "--suspect-after-s", str(min(8.0, stall / 2)), "--blind-stall-after-s", str(stall),
+         "--gpu-spin-for-s", str(min(20.0, stall / 2)),
+         "--metrics-addr", "127.0.0.1:0", "--no-cdn-default", "--no-stacks"],
+        env=env(), stdout=subprocess.DEVNULL, stderr=err,
+    )  # fmt: skip
+    stop = threading.Event()
+    talker = threading.Thread(target=chatter, args=(log, a.lines_per_s, stop), daemon=True)
+    try:
+        up = wait_for(tmp / "watchdog.err", r"metrics on http://[^:]+:(\d+)/", proc=wd)
+        port = int(up.group(1))
+        talker.start()
+        proc = psutil.Process(wd.pid)
+        began, last = time.monotonic(), loop_figures(port)
+        rss_pts: list[tuple[float, float]] = []
+        fd_pts: list[tuple[float, float]] = []
+        print(
+            f"{'t_s':>6} {'rss_MB':>8} {'threads':>7} {'fds':>5} {'loop_mean_ms':>12} {'loops':>6}"
+        )
+        while time.monotonic() - began < a.minutes * 60:
+            time.sleep(a.every_s)
+            t = time.monotonic() - began
+            now = loop_figures(port)
+            loops = now[1] - last[1]
+            mean_ms = (now[0] - last[0]) / loops * 1000 if loops else float("nan")
+            last = now
+            rss = proc.memory_info().rss / 2**20
+            fds = proc.num_fds()
+            threads = proc.num_threads()
+            row = f"{t:6.0f} {rss:8.1f} {threads:7d} {fds:5d} {mean_ms:12.1f} {loops:6.0f}"
+            print(row, flush=True)
+            if t > a.window_s * 1.5:  # the window (and its log budget) has filled
+                rss_pts.append((t, rss))
+                fd_pts.append((t, fds))
+        print(f"after the window filled: RSS slope {slope(rss_pts):+.2f} MB/min, "
+              f"fd slope {slope(fd_pts):+.2f} /min over {len(rss_pts)} samples")  # fmt: skip
+        text = (tmp / "watchdog.err").read_text(errors="replace")
+        print(f"tracebacks in the watchdog's stderr: {text.count('Traceback')}")
+    finally:
+        stop.set()
+        wd.terminate()
+        wd.wait(30)
+        sim.terminate()
+        sim.wait(30)
+        err.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Faults: a py-spy that misbehaves (wrong JSON shapes, non-UTF-8 bytes, exit 1, hangs) run
+as a real executable against a real Python process. The capture always returns a result that
+says what happened, never a traceback (issue 11.12)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from watchdog.core.model import ProcInfo
+from watchdog.sources.stacks import StackCapturer
+
+pytestmark = pytest.mark.slow
+
+
+def fake_pyspy(tmp_path: Path, body: str) -> str:
+    """An executable named py-spy that runs `body` (Python) whatever it is asked."""
+    path = tmp_path / "py-spy"
+    path.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.fixture
+def target() -> Iterator[ProcInfo]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        yield ProcInfo(proc.pid, os.getpid(), "python", "python -c sleep")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+CASES = {
+    "frames_not_a_list": ("print('[{\"frames\": 1}]')", "malformed field"),
+    "frame_line_object": (
+        'print(\'[{"thread_id": 1, "frames": [{"name": "f", "line": {"x": 1}}]}]\')',
+        "malformed field",
+    ),
+    "huge_thread_id": ('print(\'[{"thread_id": 1' + "0" * 400 + "}]')", "malformed field"),
+    "nested_json": ("print('[' * 100000 + ']' * 100000)", "py-spy"),
+    "not_a_list": ("print('{\"threads\": []}')", "not a list of thread objects"),
+    "truncated_json": ('print(\'[{"thread_id": 1, "fr\')', "invalid JSON"),
+    "exit_1_no_output": ("sys.exit(1)", "py-spy"),
+    "exit_1_not_python": (
+        "print('Error: Failed to find python version from target process', file=sys.stderr);"
+        " sys.exit(1)",
+        "exit 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_misbehaving_pyspy_gives_a_result_that_says_why(
+    tmp_path: Path, target: ProcInfo, case: str
+) -> None:
+    body, needle = CASES[case]
+    cap = StackCapturer(pyspy=fake_pyspy(tmp_path, body), deadline_s=10, second_after_s=-1)
+    result = cap.capture_now([target])
+    assert result.result != "ok"
+    assert needle in result.reason, result.reason
+
+
+def test_non_utf8_output_keeps_the_dump(tmp_path: Path, target: ProcInfo) -> None:
+    good = (
+        '[{"pid": 1, "thread_id": 7, "thread_name": "MainThread", "active": true,'
+        ' "frames": [{"name": "wait\\u00e9", "filename": "x.py", "line": 3}]}]'
+    )
+    body = (
+        "out = sys.stdout.buffer\n"
+        "if '--json' in sys.argv: out.write(" + repr(good.encode()) + ")\n"
+        "else: out.write(b'Thread 7 (idle): \\xff\\xfe bad bytes\\n    wait (x.py:3)\\n')\n"
+    )
+    cap = StackCapturer(pyspy=fake_pyspy(tmp_path, body), deadline_s=10, second_after_s=-1)
+    result = cap.capture_now([target])
+    assert result.result == "ok", result.reason
+    assert "\ufffd" in result.raw_text[target.pid]
+
+
+def test_a_hanging_pyspy_is_killed_at_its_deadline(tmp_path: Path, target: ProcInfo) -> None:
+    cap = StackCapturer(
+        pyspy=fake_pyspy(tmp_path, "time.sleep(600)"), deadline_s=1.0, second_after_s=-1
+    )
+    began = time.monotonic()
+    result = cap.capture_now([target])
+    assert result.result == "timeout" and "deadline" in result.reason
+    assert time.monotonic() - began < 10
