@@ -127,6 +127,10 @@ class Window:
             p.stats_pending = running + waiting > 0
             if float(f.get("prompt_tps") or 0) > 0 or float(f.get("gen_tps") or 0) > 0:
                 self._advance(t, "throughput in the stats line")
+            elif f.get("stepped"):
+                # Engines that log a line per finished batch (SGLang's Prefill/Decode batch,
+                # TensorRT-LLM's iteration line): the line itself is a step.
+                self._advance(t, "a batch finished (stats line)")
         elif ev.kind == "canary":
             # A request the watchdog sent itself: unanswered, it is work pending since it was sent.
             if f.get("timed_out"):
