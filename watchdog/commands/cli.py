@@ -26,7 +26,12 @@ from watchdog.core.signatures import SignatureError, load_signatures
 from watchdog.outputs.emit import format_verdict
 
 # Config keys whose flag name differs from the key, and keys with no flag of their own.
-FLAG_NAMES = {"log_files": "--log-file", "cdn_hosts": "--cdn-host", "signatures": "--signatures"}
+FLAG_NAMES = {
+    "log_files": "--log-file",
+    "cdn_hosts": "--cdn-host",
+    "signatures": "--signatures",
+    "engines": "--engines",
+}
 NO_FLAG = {"command", "fallback_overrides", "restart_command"}
 
 

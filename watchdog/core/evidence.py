@@ -117,11 +117,13 @@ def _setting(rule: Rule, ctx: Context) -> str | None:
 
 def _health(rule: Rule, ctx: Context) -> str | None:
     v = ctx.obs.server
-    return (
-        f"/health answered {v.health_status}"
-        if v is not None and v.health_status == rule.status
-        else None
-    )
+    if v is None or v.health_status != rule.status:
+        return None
+    # The engine profile says what the status means: an SGLang 503 ("not_generating": its
+    # one-token check got no answer) is a stall's evidence, not by itself a dead engine.
+    if v.health_meaning not in (None, "dead"):
+        return None
+    return f"/health answered {v.health_status}"
 
 
 def _process_gone(rule: Rule, ctx: Context) -> str | None:

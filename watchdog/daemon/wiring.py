@@ -33,6 +33,7 @@ class Built:
     metrics: Any = None  # MetricsSink
     episodes: Any = None  # EpisodeHook
     extras: list[Any] = field(default_factory=list)
+    engine: Any = None  # EngineRef: the engine profile in force (forced or detected)
 
     def close(self) -> None:
         self.daemon.close()
@@ -45,18 +46,19 @@ def build(
 ) -> Built:
     """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
     sigs = sigs or load_signatures(cfg.signatures)
+    engine = _engine(cfg)
     supervisor = Supervisor(cfg.command) if cfg.command else None
     sources = Sources(
         gpu=_gpu(cfg),
-        logs=_logs(cfg, sigs, supervisor),
-        server=_server(cfg),
-        procs=_procs(cfg, supervisor),
+        logs=_logs(cfg, sigs, supervisor, engine),
+        server=_server(cfg, engine),
+        procs=_procs(cfg, supervisor, engine),
         facts=_facts(cfg),
     )
     if sources.procs is not None:
         sources.conns = _conns(cfg)
     daemon = Daemon(cfg, sigs, sources, emitter=emitter or Emitter(cfg.log_format))
-    built = Built(daemon=daemon, supervisor=supervisor)
+    built = Built(daemon=daemon, supervisor=supervisor, engine=engine)
     _metrics(cfg, sigs, built)
     _episodes(cfg, built)
     _remediation(cfg, sigs, built)
@@ -73,7 +75,23 @@ def _gpu(cfg: Config) -> Any:
         raise ConfigError(f"key 'gpu_source': {exc}") from exc
 
 
-def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any:
+def _engine(cfg: Config) -> Any:
+    """The engine profiles (shipped + --engines files) and the one forced by --engine."""
+    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.loader import EngineError, load_engines
+
+    try:
+        engines = load_engines(cfg.engines)
+    except EngineError as exc:
+        raise ConfigError(f"key 'engines': {exc}") from exc
+    try:
+        return EngineRef(engines, cfg.engine)
+    except ValueError as exc:
+        raise ConfigError(f"key 'engine': {exc}") from exc
+
+
+def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any) -> Any:
+    from watchdog.sources.logparse import LogPatterns
     from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
@@ -89,21 +107,22 @@ def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> Any
         readers.append(supervisor.reader())
     if not readers:
         return None
-    return LogSource(readers, keep=sigs.log_keep_pattern())
+    patterns = LogPatterns.from_engines(engine.engines)
+    return LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns)
 
 
-def _server(cfg: Config) -> Any:
+def _server(cfg: Config, engine: Any) -> Any:
     if not cfg.vllm_url:
         return None
     from watchdog.sources.server import ServerSource
 
     try:
-        return ServerSource(cfg.vllm_url)
+        return ServerSource(cfg.vllm_url, engine=engine)
     except ValueError as exc:
         raise ConfigError(f"key 'vllm_url': {exc}") from exc
 
 
-def _procs(cfg: Config, supervisor: Supervisor | None) -> Any:
+def _procs(cfg: Config, supervisor: Supervisor | None, engine: Any) -> Any:
     from watchdog.sources import procs
 
     try:
@@ -119,7 +138,7 @@ def _procs(cfg: Config, supervisor: Supervisor | None) -> Any:
             return None
     except (ValueError, re.error) as exc:
         raise ConfigError(f"target: {exc}") from exc
-    return procs.ProcSource(finder)
+    return procs.ProcSource(finder, engine=engine)
 
 
 def _conns(cfg: Config) -> Any:

@@ -16,7 +16,7 @@ from typing import BinaryIO, Protocol
 from watchdog.core.model import LogEvent
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.linesplit import LineSplitter, split_records
-from watchdog.sources.logparse import clean_line, parse_line
+from watchdog.sources.logparse import LogPatterns, clean_line, parse_line
 
 _CHUNK = 65536
 _TAIL_LINE_CHARS = 8192  # keeps the incident-bundle tail small even with huge lines
@@ -252,8 +252,10 @@ class LogSource:
         max_events_per_tick: int = 500,
         tail_lines: int = 2000,
         name: str = "logs",
+        patterns: LogPatterns | None = None,
     ) -> None:
         self.name = name
+        self._patterns = patterns  # engine log formats (None: the shipped profiles')
         self.health = SourceHealth(name)
         self.dropped_events = 0
         self._readers = list(readers)
@@ -273,7 +275,9 @@ class LogSource:
                     continue
                 self._tail.append(line[:_TAIL_LINE_CHARS])
                 for record in split_records(line):
-                    event = parse_line(record, source=reader.name, keep=self._keep)
+                    event = parse_line(
+                        record, source=reader.name, keep=self._keep, patterns=self._patterns
+                    )
                     if event is not None:
                         events.append(event)
             events.extend(self._held_bars(reader))
@@ -296,7 +300,7 @@ class LogSource:
             if not line or self._held.get(key) == line:
                 continue
             self._held[key] = line
-            event = parse_line(line, source=reader.name)
+            event = parse_line(line, source=reader.name, patterns=self._patterns)
             if event is not None and event.kind in _BAR_KINDS:
                 out.append(event)
         return out
