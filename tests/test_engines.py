@@ -76,26 +76,18 @@ def test_bad_profile_names_file_entry_and_key(
     assert str(path) in str(exc.value) and message in str(exc.value)
 
 
-def test_cli_exits_2_on_a_bad_engine_file(tmp_path: Path) -> None:
+def test_cli_exits_2_on_a_bad_engine_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from watchdog.commands.cli import main
 
     path = write(tmp_path, GOOD.replace('role = "worker"', 'role = "boss"'))
-    code = main(
-        [
-            "run",
-            "--engines",
-            str(path),
-            "--gpu-source",
-            "none",
-            "--no-cdn-default",
-            "--metrics-addr",
-            "off",
-            "--pid",
-            "1",
-            "--once",
-        ]
-    )
-    assert code == 2
+    argv = ["run", "--gpu-source", "none", "--no-cdn-default", "--metrics-addr", "off"]
+    assert main([*argv, "--engines", str(path), "--pid", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "role[0]: key 'role': unknown role 'boss'" in err
+    assert main([*argv, "--engine", "nope", "--pid", "1"]) == 2
+    assert "'nope' is not a known engine" in capsys.readouterr().err
 
 
 def test_operator_engine_is_detected_and_its_lines_read(tmp_path: Path) -> None:
