@@ -60,3 +60,38 @@ def test_vllm_503_stays_engine_dead(sigs: SignatureSet) -> None:
     tl.ticks(5, server=ServerSample(up=True, health_status=503, health_meaning="dead"))
     v = final(tl.obs, sigs)
     assert v.state == "dead" and v.signature == "engine_dead"
+
+
+def test_verdict_speaks_the_engines_fix_and_names_missing_evidence(sigs: SignatureSet) -> None:
+    import dataclasses
+
+    from tests.obsbuilder import DOWNLOAD_STACK, stack
+
+    def run(engine: str) -> str:
+        tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=dataclasses.replace(procs(), engine=engine))
+        tl.ticks(3, server=sglang(0.0, 200, "ok", running=2))
+        tl.ticks(30, server=sglang(0.0, 200, "ok", running=2), stacks=(stack(*DOWNLOAD_STACK),))
+        v = final(tl.obs, sigs)
+        assert v.signature == "cubin_download_stall"
+        return v.fix + " ".join(v.commands)
+
+    assert "--attention-backend flashinfer" in run("sglang")
+    assert "use_trtllm_attention=0" in run("vllm")
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=dataclasses.replace(procs(), engine="unknown"))
+    tl.ticks(3, server=sglang(0.0, 200, "ok", running=2))
+    tl.ticks(30, server=sglang(0.0, 200, "ok", running=2))
+    v = final(tl.obs, sigs)
+    assert v.state == "stalled" and "engine not recognised" in v.reason
+
+
+def test_sglang_crash_lines_name_engine_dead_in_a_log_replay(sigs: SignatureSet) -> None:
+    from pathlib import Path
+
+    from watchdog.core.logverdict import name_signatures
+    from watchdog.sources.logparse import parse_line
+
+    path = Path(__file__).parent / "data" / "logs" / "i_sgl3752_scheduler_watchdog_timeout.log"
+    keep = sigs.log_keep_pattern()
+    evs = [parse_line(x, keep=keep) for x in path.read_text(encoding="utf-8").splitlines()]
+    found = name_signatures([e for e in evs if e is not None], sigs)
+    assert found and found[0].signature.id == "engine_dead"

@@ -6,9 +6,9 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest

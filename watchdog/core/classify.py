@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
-from watchdog.core.model import Evidence, Verdict
+from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
 
@@ -35,20 +35,21 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     if matches:
         sig, conf, ev = max(matches, key=lambda m: (m[0].priority, m[1]))
         state = ("dead" if ctx.gone else "hung") if sig.state == "crash" else sig.state
+        text = sig.text_for(_engine(obs))
         return Verdict(
             state=state,
             signature=sig.id,
-            title=sig.title,
+            title=text.title,
             confidence=round(min(conf, 1.0), 3),
             # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
             evidence=tuple(ev)
             + (() if any(e.source == "gpu" for e in ev) else ctx.gpu_figures())
             + ctx.capture_problems(),
-            fix=sig.fix,
-            commands=sig.commands,
+            fix=text.fix,
+            commands=text.commands,
             references=sig.references,
             fallback=sig.fallback,
-            reason=sig.title,
+            reason=text.title + _unknown_engine(obs),
             **common,  # type: ignore[arg-type]
         )
     state, reason = _benign_state(ctx, sigs)
@@ -59,12 +60,29 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             + ctx.gpu_figures()
             + ctx.capture_problems()
         )
+    if state == "stalled":
+        reason += _unknown_engine(obs)
     return Verdict(
         state=state,
         reason=reason,
         evidence=evidence,
         fix=STALLED_FIX if state == "stalled" else "",
         **common,  # type: ignore[arg-type]
+    )
+
+
+def _engine(obs: Observation) -> str:
+    return obs.procs.engine if obs.procs is not None else ""
+
+
+def _unknown_engine(obs: Observation) -> str:
+    """What a verdict could not use when no engine profile matched the server."""
+    if _engine(obs) != "unknown":
+        return ""
+    return (
+        " (engine not recognised: watched with the generic signals only; missing the engine's "
+        "progress counters in /metrics, its stats lines in the log and its process roles; "
+        "give --engine or add a profile with --engines FILE)"
     )
 
 
