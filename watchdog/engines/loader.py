@@ -137,7 +137,13 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
     metrics = table(e, "metrics", where)
     check_keys(metrics, {"path", "sample"}, f"{where}: metrics")
     health = table(e, "health", where)
-    check_keys(health, {"path", "answers"}, f"{where}: health")
+    check_keys(health, {"path", "answers", "no_answer"}, f"{where}: health")
+    no_answer = health.get("no_answer")
+    if no_answer is not None and no_answer not in HEALTH_MEANINGS:
+        raise EngineError(
+            f"{where}: health: key 'no_answer': {no_answer!r} is not one of "
+            f"{', '.join(sorted(HEALTH_MEANINGS))}"
+        )
     log = table(e, "log", where)
     check_keys(log, {"prefixes", "rule"}, f"{where}: log")
     return EngineProfile(
@@ -157,6 +163,7 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
         samples=_samples(array(metrics, "sample", where), f"{where}: metrics"),
         health_path=_path(get(health, "path", str, where, "/health"), f"{where}: health"),
         health=_answers(health.get("answers", {}), f"{where}: health: key 'answers'"),
+        health_no_answer=no_answer,
         log_prefixes=tuple(
             _prefix(p, f"{where}: log: key 'prefixes'") for p in strs(log, "prefixes", where)
         ),

@@ -99,6 +99,7 @@ class EngineProfile:
     samples: tuple[MetricSample, ...] = ()
     health_path: str = "/health"
     health: Mapping[int, str] = field(default_factory=dict)  # status -> meaning
+    health_no_answer: str | None = None  # meaning of a /health that timed out (None: no data)
     log_prefixes: tuple[re.Pattern[str], ...] = ()
     logs: tuple[LogRule, ...] = ()
     fallbacks: Mapping[str, Spelling] = field(default_factory=dict)

@@ -151,12 +151,14 @@ class ServerSource:
         """One scrape of /metrics then /health (skipped when the server is unreachable)."""
         profile = self._profile()
         sample, reachable = self._scrape_metrics(profile)
-        health_status = self._health_status(profile) if reachable else None
+        health_status, timed_out = self._health_status(profile) if reachable else (None, False)
         if sample.up:
             self.health.ok()
         else:
             self.health.down(sample.error or "scrape failed")
         meaning = profile.health_meaning(health_status) if profile is not None else None
+        if timed_out and profile is not None:
+            meaning = profile.health_no_answer
         return ServerSample(
             up=sample.up,
             health_status=health_status,
@@ -196,14 +198,18 @@ class ServerSource:
         except ValueError as e:
             return ServerSample(up=False, error=f"{url}: {e}"), True
 
-    def _health_status(self, profile: EngineProfile | None) -> int | None:
+    def _health_status(self, profile: EngineProfile | None) -> tuple[int | None, bool]:
+        """(status, timed_out) of /health; status None when it did not answer."""
         # vLLM's /health answers 200 while the engine is wedged (vllm #40926); what each status
         # means is the profile's (recorded as health_meaning) and judged by classify().
         path = profile.health_path if profile is not None else "/health"
         try:
-            return self._client.get(f"{self.base_url}{path}", timeout=self.timeout_s).status_code
+            resp = self._client.get(f"{self.base_url}{path}", timeout=self.timeout_s)
+            return resp.status_code, False
+        except httpx.TimeoutException:
+            return None, True
         except httpx.HTTPError:
-            return None
+            return None, False
 
     def close(self) -> None:
         """Close the HTTP client if this source created it."""
