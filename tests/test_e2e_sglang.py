@@ -166,3 +166,11 @@ def test_sglang_remediation_restarts_with_its_attention_backend_and_recovers(
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def test_demo_engine_sglang_names_the_stall_and_its_fallback(tmp_path: Path) -> None:
+    done = run_watchdog("demo", "--engine", "sglang", "--workdir", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
+    assert "simulated SGLang" in done.stdout
+    assert "cause: cubin_download_stall" in done.stdout
+    assert "restart the server with: --attention-backend flashinfer (SGLang)" in done.stdout

@@ -21,6 +21,8 @@ from typing import Any
 from watchdog.config import build_config
 from watchdog.outputs.emit import Emitter, format_verdict
 
+ENGINES = ("vllm", "sglang")
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
 # scenario -> (simulator mode, extra simulator args, expected signature or None for "no hang")
 SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
     "cubin_download_stall": ("bench", [], "cubin_download_stall"),
@@ -37,6 +39,12 @@ SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", choices=sorted(SCENARIOS), default="cubin_download_stall")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="vllm",
+        help="simulate this engine (its log formats, metric names, /health and process titles)",
+    )
     p.add_argument(
         "--workdir", metavar="DIR", help="keep the simulator's files and the incident here"
     )
@@ -63,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
     )
     work.mkdir(parents=True, exist_ok=True)
     mode, extra, expected = SCENARIOS[args.scenario]
+    if args.engine == "sglang":
+        # The SGLang simulator serves (`sglang serve`); its /health check waits 5 s, not 20.
+        mode, extra = "serve", [*extra, "--engine", "sglang", "--health-timeout-s", "5"]
     from watchdog.sim.cdn import start_cdn
 
     cdn_port, stop_cdn = start_cdn("blackhole")
@@ -70,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     sim = _start_sim(work, args.scenario, mode, extra, cdn_port)
     try:
         say(
-            f"[demo] simulated vLLM ({mode} mode, scenario {args.scenario}) "
+            f"[demo] simulated {ENGINE_TITLES[args.engine]} ({mode} mode, scenario "
+            f"{args.scenario}) "
             f"pid {sim.proc.pid}; files in {work}"
         )
         verdict, built = _watch(sim, work, cdn_port, expected, args)
@@ -174,11 +186,20 @@ def _report(verdict: Any, built: Any, expected: str | None, work: Path) -> int:
 
 
 def _plan(built: Any, verdict: Any) -> str:
+    """The fallback as the detected engine spells it (vLLM's flag, SGLang's server argument)."""
+    from watchdog.remediation.plan import PlanError, resolve_for
+
     fb = built.daemon.sigs.fallbacks.get(verdict.fallback)
     if fb is None:
         return verdict.fallback
-    parts = list(fb.args) + [f"{k}={v}" for k, v in fb.env.items()]
-    return " ".join(parts) or fb.description
+    engine = built.engine.profile if built.engine is not None else None
+    try:
+        args, env, _how = resolve_for(fb, engine, built.daemon.window.progress.facts)
+    except PlanError as exc:
+        return str(exc)
+    parts = list(args) + [f"{k}={v}" for k, v in env.items()]
+    name = f" ({engine.title})" if engine is not None and engine.name != "unknown" else ""
+    return (" ".join(parts) or fb.description) + name
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
