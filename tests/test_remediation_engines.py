@@ -35,7 +35,11 @@ def test_sglang_attention_fallback_is_its_attention_backend_flag() -> None:
 def test_sglang_nvls_fallback_and_vllm_unchanged() -> None:
     sigs, engines = load_signatures(), load_engines()
     plan = make_plan(
-        verdict("nvls_multicast_failure", "disable_nvls"), sigs, {}, {}, engine=engines.get("sglang")
+        verdict("nvls_multicast_failure", "disable_nvls"),
+        sigs,
+        {},
+        {},
+        engine=engines.get("sglang"),
     )
     assert plan is not None
     assert plan.args == ("--enforce-disable-flashinfer-allreduce-fusion",)

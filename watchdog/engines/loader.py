@@ -129,7 +129,7 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
     check_keys(
         e,
         {"name", "title", "version", "version_package", "source", "detect", "role", "metrics",
-         "health", "log", "fallback"},
+         "health", "log", "fallback", "preflight"},
         where,
     )  # fmt: skip
     detect = table(e, "detect", where)
@@ -146,6 +146,10 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
         )
     log = table(e, "log", where)
     check_keys(log, {"prefixes", "rule"}, f"{where}: log")
+    pre = table(e, "preflight", where)
+    check_keys(
+        pre, {"attention_flags", "trtllm_values", "trtllm_default_cc"}, f"{where}: preflight"
+    )
     return EngineProfile(
         name=name,
         title=get(e, "title", str, where, name),
@@ -171,6 +175,9 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
             _rule(r, name, f"{where}: log.rule[{j}]")
             for j, r in enumerate(array(log, "rule", where))
         ),
+        attention_flags=tuple(strs(pre, "attention_flags", f"{where}: preflight")),
+        trtllm_values=frozenset(strs(pre, "trtllm_values", f"{where}: preflight")),
+        trtllm_default_cc=frozenset(strs(pre, "trtllm_default_cc", f"{where}: preflight")),
         fallbacks={
             fname: _spelling(body, f"{where}: fallback.{fname}")
             for fname, body in table(e, "fallback", where).items()

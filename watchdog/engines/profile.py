@@ -6,7 +6,7 @@ Nothing here names an engine; the shipped profiles (profiles/*.toml) and operato
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,6 +104,25 @@ class EngineProfile:
     logs: tuple[LogRule, ...] = ()
     fallbacks: Mapping[str, Spelling] = field(default_factory=dict)
     version_package: str = ""  # distribution whose version decides flag-vs-env spellings
+    # Preflight: the flags that choose the attention backend, the values that are TRTLLM-gen
+    # (FlashInfer cubins fetched at first use), and the compute capabilities where the engine
+    # picks TRTLLM-gen by itself when no flag says otherwise.
+    attention_flags: tuple[str, ...] = ()
+    trtllm_values: frozenset[str] = frozenset()
+    trtllm_default_cc: frozenset[str] = frozenset()
+
+    def trtllm_attention(self, args: Sequence[str]) -> bool | None:
+        """True/False when the server arguments pick a TRTLLM-gen backend or another one; None
+        when none of the attention flags is given (the engine decides by the GPU)."""
+        chosen: bool | None = None
+        for i, arg in enumerate(args):
+            name, _, inline = arg.partition("=")
+            if name not in self.attention_flags:
+                continue
+            value = inline if inline else (args[i + 1] if i + 1 < len(args) else "")
+            hit = value in self.trtllm_values
+            chosen = hit if chosen is None else (chosen or hit)
+        return chosen
 
     def role_of(self, title: str) -> tuple[str, int | None]:
         """(role, rank) of a process title; ("", None) when no role rule matches."""

@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from watchdog.engines.loader import load_engines
+from watchdog.engines.profile import EngineProfile
 from watchdog.preflight import (
     checks_cubins,
+    checks_engine,
     checks_fabric,
     checks_toolchain,
     checks_versions,
@@ -23,7 +26,7 @@ from watchdog.preflight.checks_versions import KnownBadLike
 from watchdog.preflight.report import CheckResult, failed
 from watchdog.sources.facts import trtllm_attention
 from watchdog.sources.gpu import GpuBackend
-from watchdog.sources.pyenv import PyEnvError, package_versions
+from watchdog.sources.pyenv import PACKAGES, PyEnvError, package_versions
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class PreflightOptions:
     # lookup, beside this Python and then on PATH.
     pyspy: str | None = None
     disk_usage: checks_watchdog.DiskUsage = shutil.disk_usage
+    engine: str = "vllm"  # the engine profile whose server arguments and packages are checked
 
 
 def resolve_python(opts: PreflightOptions) -> str | None:
@@ -66,13 +70,17 @@ def load_known_bad() -> tuple[Sequence[KnownBadLike], str | None]:
 
 
 def read_versions(
-    opts: PreflightOptions, python: str | None
+    opts: PreflightOptions, python: str | None, package: str = "vllm"
 ) -> tuple[dict[str, str | None] | None, str | None]:
     """Package versions in the server's environment, or why they could not be read."""
     if python is None:
         return None, "no `python` on PATH"
+    packages = PACKAGES if package in PACKAGES else (package, *PACKAGES)
     try:
-        return package_versions(python, env=opts.environ, timeout_s=opts.timeout_s), None
+        versions = package_versions(
+            python, env=opts.environ, timeout_s=opts.timeout_s, packages=packages
+        )
+        return versions, None
     except PyEnvError as e:
         return None, str(e)
 
@@ -85,13 +93,23 @@ def run_checks(
     """Run all checks; never raises for anything the host does."""
     inv: GpuInventory = collect_gpus(backend, opts.timeout_s, opts.gpu_source)
     python = resolve_python(opts)
-    versions, verr = read_versions(opts, python)
-    results = [check_gpus(inv), checks_versions.check_versions(versions, verr, python)]
+    profile = _profile(opts.engine)
+    package, title = (profile.version_package, profile.title) if profile else ("vllm", "vLLM")
+    versions, verr = read_versions(opts, python, package)
+    results = [
+        check_gpus(inv),
+        checks_versions.check_versions(versions, verr, python, package=package, title=title),
+    ]
     if known_bad is None:
         known_bad, kerr = load_known_bad()
         if kerr:
             results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
-    trtllm = trtllm_attention(opts.server_args, opts.environ)
+    if profile is not None and profile.attention_flags:
+        trtllm = profile.trtllm_attention(opts.server_args)
+        attention = checks_engine.check_attention_path(profile, opts.server_args, inv, versions)
+        results += [attention] if attention is not None else []
+    else:
+        trtllm = trtllm_attention(opts.server_args, opts.environ)
     results += checks_versions.check_known_bad(known_bad, versions, inv, trtllm)
     results += _toolchain(opts, inv, versions)
     results += _cubins(opts, versions)
@@ -101,6 +119,13 @@ def run_checks(
     ]
     results += _watchdog(opts, inv, versions)
     return results
+
+
+def _profile(name: str) -> EngineProfile | None:
+    """The shipped profile named `name` (None for vLLM's built-in checks)."""
+    if name == "vllm":
+        return None
+    return load_engines().get(name)
 
 
 def _toolchain(
