@@ -232,3 +232,17 @@ def test_deeply_nested_json_is_one_bad_line(tmp_path: Path, clock: FakeClock) ->
     (sample,) = src.poll()
     assert sample.sm == 0.7 and src.bad_lines == 1
     src.close()
+
+
+def test_null_dram_and_power_limit_and_max_clock_are_read() -> None:
+    sample, _ = parse_line(
+        json.dumps(
+            {"gpu": 0, "sm": 0.96, "dram": None, "power_w": 22.0, "power_limit_w": 100.0,
+             "sm_clock_mhz": 2400, "sm_clock_max_mhz": 3000}
+        )
+    )  # fmt: skip
+    assert (sample.sm, sample.dram, sample.power_limit_w, sample.sm_clock_max_mhz) == (
+        0.96, None, 100.0, 3000,
+    )  # fmt: skip
+    with pytest.raises(BadLine, match='"power_limit_w" must be a number'):
+        parse_line('{"gpu": 0, "sm": 0.1, "dram": 0.1, "power_limit_w": "700 W"}')

@@ -80,6 +80,16 @@ class FakeNvml:
         assert clock == pynvml.NVML_CLOCK_SM
         return 1980
 
+    def nvmlDeviceGetMaxClockInfo(self, h: int, clock: int) -> int:
+        assert clock == pynvml.NVML_CLOCK_SM
+        return 2032
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
+        return 1_400_000  # mW
+
+    def nvmlDeviceGetPowerManagementLimit(self, h: int) -> int:
+        return 1_200_000  # mW
+
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=4321, usedGpuMemory=None), SimpleNamespace(pid=1234)]
 
@@ -156,6 +166,8 @@ def test_gpm_supported_reads_gpm_over_the_interval_between_polls(fake: FakeNvml)
     assert (second.cc, second.name, second.power_w) == ("10.3", "NVIDIA GB300", 650.5)
     assert second.uuid == "GPU-00000000-aaaa-bbbb-cccc-dddddddddddd"
     assert second.sm_clock_mhz == 1980.0
+    assert (second.power_limit_w, second.sm_clock_max_mhz) == (1400.0, 2032.0)
+    assert fake.calls["nvmlDeviceGetMaxClockInfo"] == 1  # a fixed figure: read once per GPU
     assert (second.procs, second.pids) == (2, (1234, 4321))
     backend.shutdown()
     assert fake.freed == 2 and fake.shutdowns == 1
@@ -204,6 +216,25 @@ def test_failing_field_is_none_and_unsupported_logged_once(
     clock_logs = [r for r in caplog.records if "nvmlDeviceGetClockInfo" in r.getMessage()]
     power_logs = [r for r in caplog.records if "nvmlDeviceGetPowerUsage" in r.getMessage()]
     assert len(clock_logs) == 1 and len(power_logs) == 1
+
+
+def test_power_limit_falls_back_to_the_management_limit(fake: FakeNvml) -> None:
+    fake.errors["nvmlDeviceGetEnforcedPowerLimit"] = nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    backend = started()
+    assert backend.sample(0).power_limit_w == 1200.0
+    fake.errors["nvmlDeviceGetPowerManagementLimit"] = nvml_error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    s = backend.sample(1)
+    assert s.power_limit_w is None and s.power_w == 650.5  # the draw is still read
+
+
+def test_max_clock_failure_is_retried_until_read(fake: FakeNvml) -> None:
+    fake.errors["nvmlDeviceGetMaxClockInfo"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
+    backend = started()
+    assert backend.sample(0).sm_clock_max_mhz is None
+    del fake.errors["nvmlDeviceGetMaxClockInfo"]
+    assert backend.sample(0).sm_clock_max_mhz == 2032.0
+    backend.sample(0)
+    assert fake.calls["nvmlDeviceGetMaxClockInfo"] == 2
 
 
 def test_lost_gpu_raises_gpu_error(fake: FakeNvml) -> None:

@@ -61,7 +61,7 @@ def replay(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProces
 def named(result: subprocess.CompletedProcess[str]) -> list[str]:
     """Signature ids from `replay --json` of a plain log."""
     assert result.returncode in (0, 1), result.stderr
-    return [m["signature"] for m in json.loads(result.stdout)]
+    return [m["signature"] for m in json.loads(result.stdout)["matches"]]
 
 
 @pytest.fixture(scope="module")

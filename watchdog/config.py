@@ -83,6 +83,18 @@ class Config:
     gpu_busy_dram: float = _f(
         0.15, "DRAM ratio above which a slow batch is real work, not a hang", lo=0
     )
+    gpu_spin_power_ratio: float = _f(
+        0.3,
+        "without DRAM figures: power draw / enforced power limit at or below which a busy GPU "
+        "is spinning",
+        lo=0,
+    )
+    gpu_spin_clock_ratio: float = _f(
+        0.5,
+        "without DRAM figures: SM clock / its maximum below which low power is a low clock, "
+        "not a spin",
+        lo=0,
+    )
     # outputs
     log_format: str = _f(
         "text", "how log, state and verdict lines on stderr look", choices=("text", "json")
@@ -230,7 +242,15 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
 
 
 def _cross_check(cfg: Config, origin: str) -> None:
-    for key in ("gpu_spin_sm", "gpu_spin_dram", "gpu_busy_dram", "remediate_min_confidence"):
+    ratios = (
+        "gpu_spin_sm",
+        "gpu_spin_dram",
+        "gpu_busy_dram",
+        "gpu_spin_power_ratio",
+        "gpu_spin_clock_ratio",
+        "remediate_min_confidence",
+    )
+    for key in ratios:
         if getattr(cfg, key) > 1:
             raise ConfigError(
                 f"{origin}: key {key!r}: is a ratio between 0 and 1, got {getattr(cfg, key)}"

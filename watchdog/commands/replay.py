@@ -19,8 +19,6 @@ from watchdog.core.model import Verdict, to_dict
 from watchdog.core.signatures import SignatureError, SignatureSet, load_signatures
 from watchdog.core.window import Window
 from watchdog.outputs.emit import format_verdict
-from watchdog.sources.linesplit import LineSplitter, split_records
-from watchdog.sources.logparse import clean_line, parse_line
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +35,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="operator signature file (repeatable)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--stuck",
+        action="store_true",
+        help="the server is hung now: the operation a plain log ends inside (a cubin fetch, a "
+        "communicator init, a JIT build) becomes the verdict",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     path = args.input
     name = "<stdin>" if path == "-" else path
+    stuck = getattr(args, "stuck", False)
     try:
         if path != "-" and Path(path).is_dir():
+            if stuck:
+                return _stuck_misuse(name)
             return _bundle(Path(path), sigs, args.json)
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except (OSError, ValueError) as exc:
@@ -58,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"hang-watchdog replay: {name} is empty; nothing to replay", file=sys.stderr)
         return 2
     if _looks_like_timeline(data):
+        if stuck:
+            return _stuck_misuse(name)
         # Parse the bytes already read: stdin cannot be read twice, and "-" is no path.
         from watchdog.core.timeline import parse_timeline
 
@@ -67,7 +76,16 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"hang-watchdog replay: {exc}", file=sys.stderr)
             return 2
-    return _plain_log(data, sigs, args.json)
+    return plain_log(data, sigs, args.json, stuck=stuck)
+
+
+def _stuck_misuse(name: str) -> int:
+    print(
+        f"hang-watchdog replay: --stuck applies to a plain server log; {name} is an incident "
+        "bundle or timeline, whose recorded observations already hold the stall (drop --stuck)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Thresholds) -> Verdict:
@@ -168,42 +186,10 @@ def _looks_like_timeline(data: bytes) -> bool:
     return isinstance(obj, dict) and "t" in obj and "wall" in obj
 
 
-def _plain_log(data: bytes, sigs: SignatureSet, as_json: bool) -> int:
-    keep = sigs.log_keep_pattern()
-    splitter = LineSplitter()
-    lines = splitter.feed(data) + [x for x in [splitter.flush()] if x]
-    records = [rec for raw in lines for rec in split_records(clean_line(raw))]
-    events = [ev for ev in (parse_line(rec, "replay", keep) for rec in records) if ev is not None]
+def plain_log(data: bytes, sigs: SignatureSet, as_json: bool, *, stuck: bool = False) -> int:
+    """Name what a plain log shows: signatures, stacks it holds, and what it ended inside."""
+    from watchdog.commands.replaylog import read_log, report
+
+    lines, events = read_log(data, sigs)
     matches = name_signatures(events, sigs)
-    if as_json:
-        print(
-            json.dumps(
-                [
-                    {
-                        "signature": m.signature.id,
-                        "confidence": m.confidence,
-                        "decisive": m.decisive,
-                        "lines": m.lines,
-                        "stall": m.stall,
-                    }
-                    for m in matches
-                ],
-                indent=2,
-            )
-        )
-    elif not matches:
-        print(
-            f"no hang signature found in {len(lines)} log lines "
-            "(log evidence alone; GPU and stack evidence need the live watchdog)"
-        )
-    else:
-        for m in matches:
-            s = m.signature
-            decisive = ", decisive line" if m.decisive else ""
-            print(f"{s.id} (confidence {m.confidence:.2f}{decisive}): {s.title}")
-            if m.stall:
-                print(f"  stall: {m.stall}")
-            for line in m.lines:
-                print(f"  matched: {line[:300]}")
-            print(f"  fix: {s.fix}")
-    return 1 if matches else 0
+    return report(lines, events, matches, sigs, as_json=as_json, stuck=stuck)

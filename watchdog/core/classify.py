@@ -6,9 +6,12 @@ recorded incident and tests need no sleeping.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Observation, Verdict
+from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
 
@@ -53,6 +56,10 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             **common,  # type: ignore[arg-type]
         )
     state, reason = _benign_state(ctx, sigs)
+    if state == "stalled":
+        named = _open_operation(ctx, sigs)
+        if named is not None:
+            return Verdict(**named, **common)  # type: ignore[arg-type]
     evidence: tuple[Evidence, ...] = ()
     if state == "stalled":
         evidence = (
@@ -114,6 +121,54 @@ def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
             )
         return "serving", f"{stall.detail}; below the stall threshold"
     return "idle", "no work pending"
+
+
+@lru_cache(maxsize=1)
+def _ops() -> tuple[OpDef, ...]:
+    """The shipped operation table, read once on first use (nothing happens at import)."""
+    return load_ops()
+
+
+def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | None:
+    """A stall that lasts inside an operation the log started and never finished (a cubin
+    fetch, a communicator init, a JIT build) is named by the signature that operation points
+    to, the same evidence `replay --stuck` uses (core/openops.py)."""
+    # Only what started since the server last made progress: an operation it moved past is
+    # not what blocks it (the same rule as `progress_after` in a replayed log).
+    since = ctx.window.progress.last_progress_t
+    lines = [
+        ev.line
+        for o in ctx.window
+        if since is None or o.t >= since
+        for ev in o.logs
+        if ev.kind != "stack"
+    ]
+    cause = stuck_cause(open_operations(lines, _ops()))
+    sig = sigs.get(cause.signature or "") if cause is not None else None
+    if cause is None or sig is None:
+        return None
+    evidence = (
+        (
+            Evidence(
+                "log", "open_operation", f"open operation: {cause.describe()}: {cause.line!r}", 0.3
+            ),
+            Evidence("progress", "no_progress", ctx.stall.detail, 0.2),
+        )
+        + ctx.gpu_figures()
+        + ctx.capture_problems()
+    )
+    return {
+        "state": "hung",
+        "signature": sig.id,
+        "title": sig.title,
+        "confidence": 0.5,
+        "evidence": evidence,
+        "fix": sig.fix,
+        "commands": sig.commands,
+        "references": sig.references,
+        "fallback": sig.fallback,
+        "reason": f"stalled inside an unfinished {cause.op.what}",
+    }
 
 
 def _match(sig: Signature, ctx: Context) -> tuple[Signature, float, list[Evidence]] | None:

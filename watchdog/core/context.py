@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from watchdog.config import Config
-from watchdog.core.model import Evidence, Observation, StackSample
+from watchdog.core.divergence import divergence
+from watchdog.core.logdumps import log_stacks
+from watchdog.core.model import Evidence, GpuSample, Observation, StackSample
 from watchdog.core.window import Window
 
 
@@ -26,6 +28,8 @@ class Thresholds:
     gpu_spin_dram: float = 0.05
     gpu_spin_for_s: float = 10.0
     gpu_busy_dram: float = 0.15
+    gpu_spin_power_ratio: float = 0.3
+    gpu_spin_clock_ratio: float = 0.5
 
     @classmethod
     def from_config(cls, cfg: Config) -> Thresholds:
@@ -92,12 +96,20 @@ class Context:
         is a moment the server has since moved past, not evidence of this stall."""
         p = self.window.progress
         fresh = max((t for t in (p.last_progress_t, p.restarted_t) if t is not None), default=None)
-        for o in reversed(list(self.window)):
-            if fresh is not None and o.t < fresh:
-                return ()
+        # Dumps the server wrote into its own log (SGLang's watchdog, faulthandler) count
+        # too, after the watchdog's own (core/logdumps.py).
+        since = [o for o in self.window if fresh is None or o.t >= fresh]
+        from_log = log_stacks(ev for o in since for ev in o.logs if ev.kind == "stack")
+        for o in reversed(since):
             if o.stacks:
-                return o.stacks
-        return ()
+                return o.stacks + from_log
+        return from_log
+
+    @cached_property
+    def derived_lines(self) -> tuple[str, ...]:
+        """Lines the window's log implies but no process wrote: ranks that diverged."""
+        found = divergence(ev.line for o in self.recent(float("inf")) for ev in o.logs)
+        return (found,) if found else ()
 
     def capture_problems(self) -> tuple[Evidence, ...]:
         errs = {(s.error, s.fix) for s in self.stacks if s.error}
@@ -108,7 +120,18 @@ class Context:
 
     def gpu_figures(self) -> tuple[Evidence, ...]:
         return tuple(
-            Evidence("gpu", "gpu", f"GPU {g.index}: SM {g.sm:.2f}, DRAM {g.dram:.2f} ({g.method})")
+            Evidence("gpu", "gpu", f"GPU {g.index}: SM {g.sm:.2f}, {_memory(g)} ({g.method})")
             for g in self.obs.gpus
-            if g.sm is not None and g.dram is not None
+            if g.sm is not None
         )
+
+
+def _memory(g: GpuSample) -> str:
+    """DRAM, or what stands in for it where none is measured (the power-judged spin)."""
+    if g.dram is not None:
+        return f"DRAM {g.dram:.2f}"
+    power = "power unknown"
+    if g.power_w is not None:
+        limit = f" of {g.power_limit_w:.0f} W" if g.power_limit_w else " (limit unknown)"
+        power = f"power {g.power_w:.0f} W{limit}"
+    return f"no DRAM figures, {power}"

@@ -5,9 +5,12 @@ Each evaluator returns a human-readable detail when its rule holds, or None.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from watchdog.core.context import Context
-from watchdog.core.model import Frame
+from watchdog.core.model import Frame, Observation, StackSample
 from watchdog.core.signatures import Rule
+from watchdog.core.spinsignals import describe, host_cpu, spin_by
 
 
 def _log(rule: Rule, ctx: Context) -> str | None:
@@ -15,6 +18,7 @@ def _log(rule: Rule, ctx: Context) -> str | None:
     hits = [
         ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)
     ]
+    hits += [line for line in ctx.derived_lines if rule.pattern.search(line)]
     if not hits:
         return None
     more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
@@ -45,11 +49,17 @@ def _both(rule: Rule, fr: Frame) -> bool:
 
 
 def _stack(rule: Rule, ctx: Context) -> str | None:
+    return match_stacks(rule, ctx.stacks)
+
+
+def match_stacks(rule: Rule, stacks: Iterable[StackSample]) -> str | None:
+    """Where a stack rule holds in these dumps (also used on dumps found in a plain log)."""
     # `same_frame`: a generic name (`broadcast`) counts only inside the right file. Otherwise
     # prefer a frame matched by name (download_file) over one matched only by its file.
+    stacks = tuple(stacks)
     tests = (_both,) if rule.same_frame else (_by_name, _by_file)
     for test in tests:
-        for sample in ctx.stacks:
+        for sample in stacks:
             for th in sample.threads:
                 if rule.unchanged and not th.unchanged:
                     continue
@@ -75,20 +85,16 @@ def _cdn_socket(rule: Rule, ctx: Context) -> str | None:
 def _gpu_spin(rule: Rule, ctx: Context) -> str | None:
     th = ctx.th
     for g in ctx.obs.gpus:
-        start = None
+        start: Observation | None = None
         for o in reversed(list(ctx.window)):
             s = next((x for x in o.gpus if x.index == g.index), None)
-            if s is None or s.sm is None or s.dram is None:
+            if s is None or spin_by(s, th) is None:
                 break
-            if s.sm < th.gpu_spin_sm or s.dram > th.gpu_spin_dram or s.procs == 0:
-                break
-            start = o.t
-        if start is not None and ctx.obs.t - start >= th.gpu_spin_for_s:
-            procs = "" if g.procs is None else f", {g.procs} compute process(es)"
-            return (
-                f"GPU {g.index} ({g.name or 'unknown'}) SM {g.sm:.2f}, DRAM {g.dram:.2f} "
-                f"for {ctx.obs.t - start:.0f} s{procs} (source: {g.method or 'unknown'})"
-            )
+            start = o
+        by = spin_by(g, th)
+        if start is not None and by is not None and ctx.obs.t - start.t >= th.gpu_spin_for_s:
+            cpu = host_cpu(start, ctx.obs)
+            return describe(g, ctx.obs.t - start.t, by, th, cpu)
     return None
 
 

@@ -1,9 +1,12 @@
 """Name signatures from log lines alone (pure): `replay` of a pasted or journald log.
 
-A signature is named when one of its decisive log rules matched, or when its log rules plus a
-stall visible in the log itself (a stats line with requests pending and zero throughput) reach
-its minimum confidence. GPU, stack and socket evidence is not in a log, so signatures that
-need it (e.g. `trtllm_attention_deadlock`) are never named from a log alone.
+A signature is named when one of its decisive log rules matched, or when its log and stack
+rules plus a stall visible in the log itself (a stats line with requests pending and zero
+throughput) reach its minimum confidence. Stack rules read the dumps the log itself holds
+(py-spy, faulthandler, gdb, tracebacks: `stack` events, core/logdumps.py); one dump is one
+dump, so an `unchanged` rule needs two of the same process. GPU and socket evidence is not in
+a log, so signatures that need it (e.g. `trtllm_attention_deadlock`) are never named from a
+log alone.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from watchdog.core.model import LogEvent
-from watchdog.core.signatures import Signature, SignatureSet
+from watchdog.core.divergence import divergence
+from watchdog.core.evidence import match_stacks
+from watchdog.core.logdumps import log_stacks
+from watchdog.core.model import LogEvent, StackSample
+from watchdog.core.signatures import Rule, Signature, SignatureSet
 
 
 @dataclass(frozen=True)
@@ -44,32 +50,52 @@ def name_signatures(
 ) -> list[LogMatch]:
     """Every signature the log identifies, best first."""
     events = list(events)
+    derived = divergence(e.line for e in events)
+    if derived is not None:  # ranks in different collectives (core/divergence.py)
+        events.append(LogEvent(kind="line", line=derived, source="derived"))
     stall = log_stall(events)
+    stacks = log_stacks(events)
     found: list[LogMatch] = []
     for sig in sigs.signatures:
-        m = _match(sig, events, stall, max_lines)
+        m = _match(sig, events, stacks, stall, max_lines)
         if m is not None:
             found.append(m)
     return sorted(found, key=lambda m: (m.signature.priority, m.confidence), reverse=True)
 
 
+def _holds(rule: Rule, events: list[LogEvent], stacks: tuple[StackSample, ...]) -> list[str]:
+    """What supports one log or stack rule in the log: the lines, or the frame found."""
+    if rule.kind == "log" and rule.pattern is not None:
+        return [e.line for e in events if rule.pattern.search(e.line)]
+    if rule.kind == "stack":
+        detail = match_stacks(rule, stacks)
+        return [f"{rule.label}: {detail}"] if detail else []
+    return []
+
+
 def _match(
-    sig: Signature, events: list[LogEvent], stall: str | None, max_lines: int
+    sig: Signature,
+    events: list[LogEvent],
+    stacks: tuple[StackSample, ...],
+    stall: str | None,
+    max_lines: int,
 ) -> LogMatch | None:
+    if any(_holds(r, events, stacks) for r in sig.unless):
+        return None
     conf, decisive, lines = 0.0, False, []
     any_log = False
     for rule in sig.evidence:
         if rule.kind == "no_progress" and stall:
             conf += rule.weight
             continue
-        if rule.kind != "log" or rule.pattern is None:
-            continue
-        hits = [e.line for e in events if rule.pattern.search(e.line)]
+        hits = _holds(rule, events, stacks)
         if hits:
             any_log = True
             conf += rule.weight
             decisive = decisive or rule.decisive
             lines.extend(h for h in hits if h not in lines)
+        elif rule.required and rule.kind in ("log", "stack"):
+            return None
     if not any_log or not (decisive or conf + 1e-9 >= sig.min_confidence):
         return None
     return LogMatch(sig, round(min(conf, 1.0), 3), decisive, tuple(lines[:max_lines]), stall)

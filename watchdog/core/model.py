@@ -44,6 +44,10 @@ class GpuSample:
     method: str = (
         ""  # what produced sm/dram: "gpm", "utilization_rates", "dcgm_prof", "dcgm_dev", "file"
     )
+    # The board's enforced power limit and the SM clock's maximum: with power_w and
+    # sm_clock_mhz they judge a spin where no DRAM figure exists (GB10, GeForce without GPM).
+    power_limit_w: float | None = None
+    sm_clock_max_mhz: float | None = None
 
 
 @dataclass(frozen=True)

@@ -67,12 +67,13 @@ def _judge(kb: KnownBadLike, version: str, inv: GpuInventory, trtllm: bool | Non
     """Decide one version-matched entry against the GPUs and the server's settings."""
     cid = f"known_bad:{kb.id}"
     details = {"package": kb.package, "version": version, "references": list(kb.references)}
-    if inv.gpus is not None and not set(kb.cc) & set(inv.ccs):
+    # An entry without `cc` applies on every GPU (e.g. an NCCL version bad on any of them).
+    if kb.cc and inv.gpus is not None and not set(kb.cc) & set(inv.ccs):
         return passed(cid, f"{kb.package} {version} is only bad on CC {', '.join(kb.cc)}")
     if kb.unless_disabled == "trtllm_attention" and trtllm is False:
         return passed(cid, f"{kb.title}: avoided, TRTLLM attention is disabled", **details)
     reason = kb.title + f" ({kb.package} {version}"
-    if inv.gpus is None:
+    if inv.gpus is None and kb.cc:
         reason += f"; GPUs unknown, cannot rule out CC {', '.join(kb.cc)}"
     if kb.unless_disabled == "trtllm_attention":
         reason += "; TRTLLM attention " + ("forced on" if trtllm else "auto-detected (on)")

@@ -70,17 +70,17 @@ def load_known_bad() -> tuple[Sequence[KnownBadLike], str | None]:
 
 
 def read_versions(
-    opts: PreflightOptions, python: str | None, package: str = "vllm"
+    opts: PreflightOptions, python: str | None, extra: Sequence[str] = ()
 ) -> tuple[dict[str, str | None] | None, str | None]:
-    """Package versions in the server's environment, or why they could not be read."""
+    """Package versions in the server's environment, or why they could not be read. `extra`
+    names more distributions (those known-bad entries name, e.g. nvidia-nccl-cu12)."""
     if python is None:
         return None, "no `python` on PATH"
-    packages = PACKAGES if package in PACKAGES else (package, *PACKAGES)
+    names = tuple(PACKAGES) + tuple(p for p in extra if p not in PACKAGES)
     try:
-        versions = package_versions(
-            python, env=opts.environ, timeout_s=opts.timeout_s, packages=packages
-        )
-        return versions, None
+        return package_versions(
+            python, env=opts.environ, packages=names, timeout_s=opts.timeout_s
+        ), None
     except PyEnvError as e:
         return None, str(e)
 
@@ -95,22 +95,27 @@ def run_checks(
     python = resolve_python(opts)
     profile = _profile(opts.engine)
     package, title = (profile.version_package, profile.title) if profile else ("vllm", "vLLM")
-    versions, verr = read_versions(opts, python, package)
+    kerr = None
+    if known_bad is None:
+        known_bad, kerr = load_known_bad()
+    all_versions, verr = read_versions(opts, python, [package, *(kb.package for kb in known_bad)])
+    # The version report shows the usual packages (and the engine's); known-bad entries see
+    # every one read.
+    shown = (*PACKAGES, package) if package not in PACKAGES else tuple(PACKAGES)
+    versions = None if all_versions is None else {k: all_versions.get(k) for k in shown}
     results = [
         check_gpus(inv),
         checks_versions.check_versions(versions, verr, python, package=package, title=title),
     ]
-    if known_bad is None:
-        known_bad, kerr = load_known_bad()
-        if kerr:
-            results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
+    if kerr:
+        results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
     if profile is not None and profile.attention_flags:
         trtllm = profile.trtllm_attention(opts.server_args)
         attention = checks_engine.check_attention_path(profile, opts.server_args, inv, versions)
         results += [attention] if attention is not None else []
     else:
         trtllm = trtllm_attention(opts.server_args, opts.environ)
-    results += checks_versions.check_known_bad(known_bad, versions, inv, trtllm)
+    results += checks_versions.check_known_bad(known_bad, all_versions, inv, trtllm)
     results += _toolchain(opts, inv, versions)
     results += _cubins(opts, versions)
     results += [

@@ -174,7 +174,7 @@ class GpuFileSource:
 
 # -- the line format -------------------------------------------------------------------------
 
-_OPTIONAL_NUMBERS = ("power_w", "sm_clock_mhz")
+_OPTIONAL_NUMBERS = ("power_w", "sm_clock_mhz", "power_limit_w", "sm_clock_max_mhz")
 _OPTIONAL_TEXT = ("uuid", "name", "cc")
 
 
@@ -191,7 +191,10 @@ def parse_line(text: bytes | str) -> tuple[GpuSample, float | None]:
     index = obj.get("gpu")
     if not _is_int(index) or index < 0:
         raise BadLine(f'"gpu" must be a GPU index (integer >= 0), got {index!r}')
-    sm, dram = _ratio(obj, "sm"), _ratio(obj, "dram")
+    sm = _ratio(obj, "sm")
+    # `"dram": null` says the collector has no DRAM figure (GB10, GeForce without GPM); the
+    # spin is then judged by power. A missing key is still an error: it is usually a typo.
+    dram = None if "dram" in obj and obj["dram"] is None else _ratio(obj, "dram")
     extra: dict[str, Any] = {}
     for key in _OPTIONAL_NUMBERS:
         extra[key] = _optional(obj, key, _is_number, "a number")
@@ -202,8 +205,8 @@ def parse_line(text: bytes | str) -> tuple[GpuSample, float | None]:
     ts = _optional(obj, "ts", _is_number, "Unix seconds")
     sample = GpuSample(
         index=index,
-        sm=float(sm),
-        dram=float(dram),
+        sm=sm,
+        dram=dram,
         procs=procs if procs is not None else (len(pids) if pids is not None else None),
         pids=tuple(pids or ()),
         method="file",

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from typing import BinaryIO, Protocol
 
 from watchdog.core.model import LogEvent
+from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.linesplit import LineSplitter, split_records
 from watchdog.sources.logparse import LogPatterns, clean_line, parse_line
+from watchdog.sources.logstacks import StackScanner
 
 _CHUNK = 65536
 _TAIL_LINE_CHARS = 8192  # keeps the incident-bundle tail small even with huge lines
@@ -259,18 +261,24 @@ class LogSource:
         self.health = SourceHealth(name)
         self.dropped_events = 0
         self._readers = list(readers)
-        self._keep = keep
+        # Start and end lines of operations (core/openops.py) are kept too: a stall that
+        # lasts inside one of them names its cause.
+        self._keep = keep_with_ops(keep, load_ops())
         self._max_events = max_events_per_tick
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._held: dict[tuple[int, int], str] = {}
+        # Stack dumps the server wrote into its log (SGLang's watchdog, faulthandler, ...).
+        self._scanners: dict[int, StackScanner] = {}
 
     def poll(self) -> tuple[LogEvent, ...]:
         """The events parsed from all lines that arrived since the last poll."""
         events: list[LogEvent] = []
         errors: list[str] = []
         for reader in self._readers:
+            scanner = self._scanners.setdefault(id(reader), StackScanner())
             for raw in reader.read():
                 line = clean_line(raw)
+                events.extend(scanner.feed(line, reader.name))
                 if not line:
                     continue
                 self._tail.append(line[:_TAIL_LINE_CHARS])
@@ -280,6 +288,7 @@ class LogSource:
                     )
                     if event is not None:
                         events.append(event)
+            events.extend(scanner.tick(reader.name))
             events.extend(self._held_bars(reader))
             if reader.error:
                 errors.append(reader.error)

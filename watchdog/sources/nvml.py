@@ -8,6 +8,7 @@ does not support ("Not Supported" / "Function Not Found") is remembered and logg
 from __future__ import annotations
 
 import ctypes
+import importlib
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -33,21 +34,23 @@ NO_MODULE = (
 class NvmlBackend:
     """`GpuBackend` over NVML. Called from one thread only (GpuSource's worker)."""
 
-    def __init__(self, logger: logging.Logger = log) -> None:
+    def __init__(self, logger: logging.Logger = log, module: Any = None) -> None:
         self._log = logger
+        self._module = module  # a stand-in for pynvml (recorded answers); None: import it
         self._nvml: Any = None
         self._unsupported: set[str] = set()  # call names the driver said it does not support
         self._errors_seen: set[str] = set()
         self._gpm_ok: dict[int, bool] = {}  # index -> GPM usable on this GPU
         self._gpm_prev: dict[int, Any] = {}  # index -> previous GPM sample (owned, freed later)
         self._index: int | None = None  # the GPU being read, for error messages
+        self._max_clock: dict[int, float | None] = {}  # index -> max SM clock (MHz)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     def init(self) -> None:
         """Load pynvml and libnvidia-ml lazily, so a host without them still imports this."""
         try:
-            import pynvml  # lazy on purpose: nothing happens at import
+            pynvml = self._module or importlib.import_module("pynvml")  # lazy: not at import
         except ImportError as exc:
             raise GpuError(NO_MODULE) from exc
         try:
@@ -89,7 +92,7 @@ class NvmlBackend:
         cc = self._field(
             "nvmlDeviceGetCudaComputeCapability", nvml.nvmlDeviceGetCudaComputeCapability, h
         )
-        power_mw = self._field("nvmlDeviceGetPowerUsage", nvml.nvmlDeviceGetPowerUsage, h)
+        power = self._power(h)
         clock = self._field(
             "nvmlDeviceGetClockInfo", nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM
         )
@@ -104,12 +107,42 @@ class NvmlBackend:
             cc=f"{cc[0]}.{cc[1]}" if cc is not None else None,
             sm=sm,
             dram=dram,
-            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            power_w=power[0],
             sm_clock_mhz=float(clock) if clock is not None else None,
             procs=len(procs) if procs is not None else None,
             pids=tuple(sorted(int(p.pid) for p in procs)) if procs is not None else (),
             method=method,
+            power_limit_w=power[1],
+            sm_clock_max_mhz=self._max_sm_clock(index, h),
         )
+
+    def _power(self, h: Any) -> tuple[float | None, float | None]:
+        """Power draw and the limit the driver enforces (W): a spin draws near idle power
+        while reading ~96 % busy (vllm #46097, eugr/spark-vllm-docker #260)."""
+        nvml = self._nvml
+        draw = self._field("nvmlDeviceGetPowerUsage", nvml.nvmlDeviceGetPowerUsage, h)
+        # Enforced = the lowest of every limiter (NVML docs); the management limit is the
+        # operator's setting, read where the enforced one is not supported.
+        limit = self._field(
+            "nvmlDeviceGetEnforcedPowerLimit", nvml.nvmlDeviceGetEnforcedPowerLimit, h
+        )
+        if limit is None:
+            limit = self._field(
+                "nvmlDeviceGetPowerManagementLimit", nvml.nvmlDeviceGetPowerManagementLimit, h
+            )
+        return _watts(draw), _watts(limit) if limit else None
+
+    def _max_sm_clock(self, index: int, h: Any) -> float | None:
+        """The SM clock's maximum, read once per GPU (it does not change while running)."""
+        if index not in self._max_clock:
+            nvml = self._nvml
+            mhz = self._field(
+                "nvmlDeviceGetMaxClockInfo", nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM
+            )
+            if mhz is None:
+                return None  # a transient failure is retried next poll
+            self._max_clock[index] = float(mhz) if mhz else None
+        return self._max_clock[index]
 
     def fabric(self, index: int) -> FabricInfo | None:
         """NVLink fabric state via nvmlDeviceGetGpuFabricInfoV (v3 struct); None if unsupported."""
@@ -248,6 +281,10 @@ def _ratio(percent: float | None) -> float | None:
     if percent is None:
         return None
     return min(1.0, max(0.0, float(percent) / 100.0))
+
+
+def _watts(milliwatts: float | None) -> float | None:
+    return milliwatts / 1000.0 if milliwatts is not None else None
 
 
 def _text(value: object) -> str | None:

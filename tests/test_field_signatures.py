@@ -1,0 +1,270 @@
+"""The signatures and benign rules added from real incidents: each one named by its evidence,
+and a near miss that must not name it (the same words in a healthy log, a recovered retry, a
+warning the server serves through). Real lines come from tests/data/corpus/; where a test needs
+a line no thread holds, it is built from the upstream format string, cited at the line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.obsbuilder import Timeline, events, final, frozen_bar, gpu, procs, spin, stack
+from watchdog.core.classify import Thresholds
+from watchdog.core.logverdict import name_signatures
+from watchdog.core.model import ServerSample
+from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.sources.logs import FileFollower, LogSource
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+
+@pytest.fixture(scope="module")
+def sigs() -> SignatureSet:
+    return load_signatures()
+
+
+def lines(name: str) -> list[str]:
+    return (CORPUS / name).read_text(encoding="utf-8").splitlines()
+
+
+def named(log: list[str], sigs: SignatureSet) -> list[str]:
+    from watchdog.commands.replaylog import read_log
+
+    _, evs = read_log(("\n".join(log) + "\n").encode(), sigs)
+    return [m.signature.id for m in name_signatures(evs, sigs)]
+
+
+# sglang python/sglang/srt/utils/watchdog.py (0.5.23): f"{self.debug_name} watchdog timeout
+# ({self.watchdog_timeout=}, {self.soft=})"; the soft watchdog only dumps, the batch may finish.
+PREFIX = "[2026-01-01 10:00:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, "
+SOFT = PREFIX + "self.soft=True)"
+HARD = PREFIX + "self.soft=False)"
+
+
+def test_sglang_hard_watchdog_names_and_soft_one_does_not(sigs: SignatureSet) -> None:
+    assert named([HARD], sigs) == ["sglang_scheduler_watchdog_timeout"]
+    assert named([SOFT], sigs) == []
+
+
+def test_gloo_timeout_vllm_ignores_is_no_network_error(sigs: SignatureSet) -> None:
+    ignored = lines("n17_vllm16514_gloo_error_ignored_then_fatal.log")[0]
+    assert "Error ignored in is_in_the_same_node" in ignored
+    assert named([ignored], sigs) == []
+    assert named(lines("n18_vllm5084_gloo_recv_timeout.log"), sigs) == ["collective_network_error"]
+
+
+def test_ib_selection_lines_are_no_network_error(sigs: SignatureSet) -> None:
+    assert named(lines("n61_vllm8978_nccl_no_ib_socket.log"), sigs) == []
+    assert named(lines("n60_nccl857_libibverbs_warn.log"), sigs) == []
+
+
+def test_allreduce_workspace_warnings_vllm_retries_are_no_hang_alone(sigs: SignatureSet) -> None:
+    assert named(lines("n29_vllm51986_fi_allreduce_workspace_warnings.log"), sigs) == []
+
+
+def test_allreduce_workspace_warnings_during_a_stall_name_the_fusion_hang(
+    sigs: SignatureSet,
+) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    warn = events(lines("n29_vllm51986_fi_allreduce_workspace_warnings.log"), sigs)
+    frozen_bar(tl, 40, first_logs=warn)
+    v = final(tl.obs, sigs)
+    assert (v.state, v.signature) == ("hung", "flashinfer_allreduce_fusion_hang")
+
+
+def test_jit_build_lock_needs_both_frames(sigs: SignatureSet) -> None:
+    dump = lines("n26_fi993_pyspy_filelock_load_cuda_ops.log")
+    assert named(dump, sigs) == ["jit_compile_stuck"]
+    building = [x for x in dump if "filelock" not in x]  # the same dump without the lock wait
+    assert named(building, sigs) == []
+
+
+def test_mismatched_collectives_name_rank_divergence_and_a_timeout_does_not(
+    sigs: SignatureSet,
+) -> None:
+    diverged = lines("n69_lightning19106_detected_mismatch_collectives.log")
+    assert named(diverged, sigs) == ["rank_divergence"]
+    timeout = lines("n50_vllm42354_watchdog_allgather_timeout.log")
+    assert named(timeout, sigs) == ["collective_hang"]
+
+
+def test_grammar_compile_exception_in_one_traceback_is_no_freeze(sigs: SignatureSet) -> None:
+    assert named(lines("n70_vllm47312_xgrammar_compile_exception.log"), sigs) == []
+
+
+XGRAMMAR = (
+    ("compile_json_schema", "/usr/local/lib/python3.12/dist-packages/xgrammar/compiler.py"),
+    (
+        "compile_grammar",
+        "/usr/local/lib/python3.12/dist-packages/vllm/v1/structured_output/backend_xgrammar.py",
+    ),
+)
+
+
+def test_grammar_compile_unchanged_across_two_dumps_during_a_stall_is_a_freeze(
+    sigs: SignatureSet,
+) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(tl, 30, stacks=(stack(*XGRAMMAR, unchanged=True),))
+    v = final(tl.obs, sigs)
+    assert (v.state, v.signature) == ("hung", "structured_output_or_tokenizer_freeze")
+
+
+WINDOW_REGISTER = (
+    ("recvmsg", "libc.so.6"),
+    ("ncclCommWindowRegister", "libnccl.so.2"),
+    (
+        "register_mem_pool",
+        "/usr/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py",
+    ),
+)
+
+
+def test_scheduler_in_window_registration_is_the_window_register_deadlock(
+    sigs: SignatureSet,
+) -> None:
+    # sglang #36943: every TP scheduler in ncclCommWindowRegister's recvmsg, GPUs idle.
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(tl, 30, stacks=(stack(*WINDOW_REGISTER),))
+    v = final(tl.obs, sigs)
+    assert (v.state, v.signature) == ("hung", "nccl_window_register_deadlock")
+    assert v.fallback == "disable_nvls"
+
+
+def test_a_stack_in_communicator_init_is_not_window_registration(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(tl, 30, stacks=(stack(("ncclCommInitRank", "libnccl.so.2")),))
+    v = final(tl.obs, sigs)
+    assert v.signature != "nccl_window_register_deadlock"
+
+
+GRAPH_REPLAY = (
+    ("cudaGraphLaunch", "libcudart.so.12"),
+    ("replay", "/usr/lib/python3.12/site-packages/torch/cuda/graphs.py"),
+)
+
+
+def test_spin_under_graph_replay_is_named_and_a_bare_spin_stays_generic(
+    sigs: SignatureSet,
+) -> None:
+    tl = Timeline(gpus=(spin(),), procs=procs())
+    frozen_bar(tl, 40, stacks=(stack(*GRAPH_REPLAY),))
+    assert final(tl.obs, sigs).signature == "cuda_graph_kernel_spin"
+    bare = Timeline(gpus=(spin(),), procs=procs())
+    frozen_bar(bare, 40)
+    assert final(bare.obs, sigs).signature == "gpu_kernel_spin"
+
+
+# vllm/v1/metrics/loggers.py LoggingStatLogger.log: "Engine %03d: Avg prompt throughput: %.1f
+# tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, ..."
+def _stats(running: int, waiting: int, gen: float) -> str:
+    return (
+        "(APIServer pid=851) INFO 04-28 22:54:32 [loggers.py:257] Engine 000: Avg prompt "
+        f"throughput: 0.0 tokens/s, Avg generation throughput: {gen:.1f} tokens/s, Running: "
+        f"{running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: 0.0%, "
+        "Prefix cache hit rate: 0.0%"
+    )
+
+
+def test_nothing_running_with_requests_waiting_is_the_admission_deadlock(
+    sigs: SignatureSet,
+) -> None:
+    assert named([_stats(0, 5, 0.0)], sigs) == ["scheduler_admission_deadlock"]
+    # The same line in the middle of a log the server then serves through: no hang.
+    assert named([_stats(0, 5, 0.0), _stats(3, 2, 41.0)], sigs) == []
+    # Idle (nothing waiting) is no deadlock (vllm #16361).
+    assert named(lines("n48_vllm16361_idle_stats.log"), sigs) == []
+
+
+def test_benign_capture_stack_keeps_a_stalled_looking_server_compiling(
+    sigs: SignatureSet,
+) -> None:
+    capture = (
+        ("capture_model", "/usr/lib/python3.12/site-packages/vllm/v1/worker/gpu_model_runner.py"),
+    )
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(tl, 40, stacks=(stack(*capture),))
+    v = final(tl.obs, sigs)
+    assert v.state == "compiling" and not v.is_hang
+
+
+def test_live_log_source_turns_a_dump_in_the_log_into_stack_evidence(
+    tmp_path: Path, sigs: SignatureSet
+) -> None:
+    """A real py-spy dump (sglang #29073) written to a followed log file reaches the stack
+    rules through the live log source, with no py-spy run of the watchdog's own."""
+    log = tmp_path / "server.log"
+    log.write_text("", encoding="utf-8")
+    src = LogSource([FileFollower(log, from_start=True)], keep=sigs.log_keep_pattern())
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), server=ServerSample(up=True, health_status=200))
+    onset = frozen_bar(tl, 1)
+    assert onset
+    dump = (CORPUS / "n28_sgl29073_pyspy_allreduce_fusion_rendezvous.log").read_text("utf-8")
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write(dump)
+    for _ in range(40):
+        tl.tick(logs=src.poll())
+    src.close()
+    assert any(e.kind == "stack" for o in tl.obs for e in o.logs)
+    v = final(tl.obs, sigs, Thresholds())
+    assert (v.state, v.signature) == ("hung", "flashinfer_allreduce_fusion_hang")
+    assert any("from the log" in e.detail for e in v.evidence)
+
+
+# -- known-bad versions from the same threads, checked by preflight ------------------------
+
+
+def test_nccl_2289_warns_on_any_gpu_and_the_fix_passes(sigs: SignatureSet) -> None:
+    from tests.test_preflight import inventory
+    from watchdog.preflight.checks_versions import check_known_bad
+
+    inv = inventory("12.1")  # GB10 (DGX Spark), as in vllm #52504
+    bad = {"nvidia-nccl-cu13": "2.28.9"}
+    (result,) = check_known_bad(sigs.known_bad, bad, inv, None)
+    assert result.status == "WARN" and "52504" in " ".join(result.details["references"])
+    assert any("2.30.4" in f for f in result.fixes)
+    (ok,) = check_known_bad(sigs.known_bad, {"nvidia-nccl-cu13": "2.30.4"}, inv, None)
+    assert ok.status == "PASS"
+
+
+def test_preflight_reads_the_packages_known_bad_entries_name(tmp_path: Path) -> None:
+    """The real interpreter, with a distribution only a known-bad entry names on its path."""
+    import os
+    import sys
+
+    from tests.test_pyenv import write_dist
+    from watchdog.preflight.runner import PreflightOptions, read_versions
+
+    write_dist(tmp_path / "site", "nvidia-nccl-cu12", "2.21.5")
+    opts = PreflightOptions(environ={**os.environ, "PYTHONPATH": str(tmp_path / "site")})
+    got, err = read_versions(opts, sys.executable, ["nvidia-nccl-cu12"])
+    assert err is None and got is not None
+    assert got["nvidia-nccl-cu12"] == "2.21.5"
+
+
+# -- ranks that diverged (core/divergence.py) ---------------------------------------------
+
+
+def test_divergence_names_the_rank_behind() -> None:
+    from watchdog.core.divergence import divergence
+
+    found = divergence(lines("n73_vllm23448_ranks_at_different_seqnum.log"))
+    assert found is not None and "rank 3 is behind" in found
+    other = divergence(lines("n74_nccl1409_ranks_in_different_collectives.log"))
+    assert other is not None and "different collectives at the same step" in other
+    assert divergence(lines("n75_llamafactory7396_all_ranks_same_collective.log")) is None
+    assert divergence(lines("n50_vllm42354_watchdog_allgather_timeout.log")) is None  # one rank
+
+
+def test_live_watchdog_names_divergence_from_the_window(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(
+        tl, 20, first_logs=events(lines("n73_vllm23448_ranks_at_different_seqnum.log"), sigs)
+    )
+    v = final(tl.obs, sigs)
+    assert v.signature == "rank_divergence"
+    assert any("rank 3 is behind" in e.detail for e in v.evidence)
+    same = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(same, 20, first_logs=events(lines("n78_pt118369_all_ranks_broadcast_880.log"), sigs))
+    assert final(same.obs, sigs).signature == "collective_hang"

@@ -1,0 +1,91 @@
+"""Stack dumps found in the log (`stack` LogEvents) as StackSamples for the stack rules (pure).
+
+A dump from the log counts as one dump: its threads are never `unchanged`. A thread is
+`unchanged` only when the previous dump of the same process in the log holds the same thread
+with the same frames, the rule the watchdog's own py-spy pairs follow (sources/stacks.py).
+
+A traceback that ends in an exception shows where code failed, not where a thread waits, so it
+is no stack evidence (a recovered error must not look like a parked thread). The exceptions a
+hung process is stopped with are: KeyboardInterrupt (Ctrl-C, vllm #5484 "On 2nd Ctrl-C, still
+hangs but dumps this") and SystemExit show where it was waiting, and count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from watchdog.core.model import Frame, LogEvent, StackSample, ThreadStack
+
+
+def _threads(raw: Any) -> tuple[ThreadStack, ...]:
+    out = []
+    for t in raw if isinstance(raw, list) else ():
+        if not isinstance(t, dict):
+            continue
+        frames = tuple(
+            Frame(
+                name=str(f.get("name") or ""),
+                filename=str(f.get("filename") or ""),
+                line=int(f.get("line") or 0),
+            )
+            for f in t.get("frames") or ()
+            if isinstance(f, dict)
+        )
+        out.append(
+            ThreadStack(
+                thread_id=int(t.get("thread_id") or 0),
+                name=str(t.get("name") or ""),
+                frames=frames,
+                active=bool(t.get("active")),
+            )
+        )
+    return tuple(out)
+
+
+_WAITED = ("KeyboardInterrupt", "SystemExit")
+
+
+def _raised(ev: LogEvent) -> bool:
+    """A traceback of an exception raised by the code itself (not an interrupt of a wait)."""
+    exc = ev.fields.get("exception")
+    if ev.fields.get("format") != "traceback" or not exc:
+        return False
+    return not str(exc).split(":", 1)[0].rsplit(".", 1)[-1].startswith(_WAITED)
+
+
+def _key(ev: LogEvent) -> tuple[Any, ...]:
+    f = ev.fields
+    return (f.get("pid"), f.get("title"), f.get("stream"), f.get("format"))
+
+
+def log_stacks(events: Iterable[LogEvent]) -> tuple[StackSample, ...]:
+    """The newest dump of each process in `events`, threads marked unchanged across two dumps."""
+    latest: dict[tuple[Any, ...], tuple[ThreadStack, ...]] = {}
+    previous: dict[tuple[Any, ...], tuple[ThreadStack, ...]] = {}
+    titles: dict[tuple[Any, ...], tuple[int, str]] = {}
+    for ev in events:
+        if ev.kind != "stack" or _raised(ev):
+            continue
+        key = _key(ev)
+        if key in latest:
+            previous[key] = latest[key]
+        latest[key] = _threads(ev.fields.get("threads"))
+        pid = ev.fields.get("pid")
+        titles[key] = (int(pid) if isinstance(pid, int) else 0, str(ev.fields.get("title") or ""))
+    out = []
+    for key, threads in latest.items():
+        before = {(t.thread_id, t.name, t.frames) for t in previous.get(key, ())}
+        marked = tuple(
+            ThreadStack(
+                t.thread_id,
+                t.name,
+                t.frames,
+                t.active,
+                unchanged=(t.thread_id, t.name, t.frames) in before,
+            )
+            for t in threads
+        )
+        pid, title = titles[key]
+        out.append(StackSample(pid=pid, title=f"{title} (from the log)".strip(), threads=marked))
+    return tuple(out)

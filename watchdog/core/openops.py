@@ -1,0 +1,232 @@
+"""What a log was in the middle of when it stopped: operations started and never finished (pure).
+
+A pasted log of a hung server often ends inside something: a cubin fetch with no completion,
+a communicator init with no `Init COMPLETE`, a JIT build with no result. That is the cause if
+the server is stuck now, not proof that it is: `replay LOG` reports it as such, and only
+`replay --stuck` (the operator says the server is hung) or a stall the live watchdog measured
+turns it into a verdict. The operations are data (openops.toml).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """How the log shows one kind of operation starting and finishing."""
+
+    id: str
+    what: str
+    start: re.Pattern[str]
+    end: re.Pattern[str]
+    fail: re.Pattern[str] | None
+    signature: str
+    note: str
+    behind_signature: str = ""
+
+
+@dataclass(frozen=True)
+class OpenOp:
+    """One operation the log started and never finished."""
+
+    op: OpDef
+    line: str  # the line that started it
+    index: int  # its position among the lines
+    who: str  # process or rank, e.g. "Worker_TP1 pid=7", "TP0", "rank 3", "" when unknown
+    since: str | None  # its timestamp as the log wrote it
+    open_s: float | None  # seconds from its start to the log's last timestamp
+    progress_after: bool  # the server made progress after it started: not what blocks it
+    peers_done: tuple[str, ...] = ()  # other processes that finished the same operation
+
+    @property
+    def signature(self) -> str | None:
+        if self.peers_done and self.op.behind_signature:
+            return self.op.behind_signature
+        return self.op.signature or None
+
+    def describe(self) -> str:
+        """One line: what, since when, from whom, for how long."""
+        parts = [f"{self.op.what} started"]
+        if self.since:
+            parts.append(f"at {self.since}")
+        if self.who:
+            parts.append(f"by {self.who}")
+        text = " ".join(parts) + " and never finished"
+        if self.open_s is not None:
+            text += f" (open for {self.open_s:.0f} s by the log's own clock)"
+        if self.peers_done:
+            text += f", while {', '.join(self.peers_done)} finished it: this one is behind"
+        return text
+
+
+_WHO = (
+    re.compile(r"^\((?P<v>[A-Za-z][\w.:-]* pid=\d+)\)"),  # vLLM `(Worker_TP1 pid=7) `
+    re.compile(r"^\[\d{4}-\d{2}-\d{2} [\d:]+(?P<v>(?: [A-Z]{2}\d+)+)\]"),  # SGLang ` TP0`
+    re.compile(r"^(?P<v>[\w.-]+:\d+:\d+ \[\d+\]) NCCL "),  # NCCL `host:pid:tid [dev] `
+    re.compile(r"^\[(?P<v>rank\d+)\]"),  # torch.distributed
+    # TensorRT-LLM's per-rank logger: `[TRT-LLM] [I] [_torch  ] [RANK 6] ...` (PR #13998 log)
+    re.compile(r"^(?:\d+: )?(?:\[[^\]]*\] ){0,4}\[(?P<v>RANK \d+)\]"),
+)
+_TIMES = (
+    (re.compile(r"\b(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})"), "%Y-%m-%d %H:%M:%S"),
+    (
+        re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d{2}-\d{2} \d{2}:\d{2}:\d{2})"),
+        "%m-%d %H:%M:%S",
+    ),
+    # TensorRT-LLM: `[12/20/2025-04:21:10] [TRT-LLM] [I] ...`
+    (re.compile(r"\[(\d{2}/\d{2}/\d{4}-\d{2}:\d{2}:\d{2})\]"), "%m/%d/%Y-%H:%M:%S"),
+)
+# Lines that show the server moving: an operation open before one of them is not what blocks it.
+# Not uvicorn's `"POST /v1/... HTTP/1.1" 200`: it is logged when a streamed response starts, and
+# the API keeps answering 200 while the engine is wedged (spark-vllm-docker #379).
+_PROGRESS = re.compile(
+    r"(?:Decode batch[.,]|Prefill batch[.,]|generation throughput: (?!0\.0 )\d|"
+    r"prompt throughput: (?!0\.0 )\d)"
+)
+
+
+def _stamp(line: str) -> tuple[str, float, int] | None:
+    """The line's timestamp as written, as seconds, and which format (formats do not mix)."""
+    for n, (pattern, fmt) in enumerate(_TIMES):
+        m = pattern.search(line)
+        if m is None:
+            continue
+        text = m.group(1).replace("T", " ") if n == 0 else m.group(1)
+        if "%Y" not in fmt:  # vLLM writes no year: any fixed (leap) year orders the lines
+            text, fmt = f"2000-{text}", f"%Y-{fmt}"
+        try:
+            when = datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+        return m.group(1), when.timestamp(), n
+    return None
+
+
+def _who(line: str) -> str:
+    for pattern in _WHO:
+        m = pattern.match(line)
+        if m is not None:
+            return m.group("v").strip()
+    return ""
+
+
+def load_ops(text: str | None = None) -> tuple[OpDef, ...]:
+    """The shipped operation table (or `text` in the same format); ValueError if malformed."""
+    if text is None:
+        text = resources.files("watchdog.core").joinpath("openops.toml").read_text(encoding="utf-8")
+    doc = tomllib.loads(text)
+    out = []
+    for i, e in enumerate(doc.get("op", [])):
+        try:
+            out.append(
+                OpDef(
+                    id=str(e["id"]),
+                    what=str(e.get("what") or e["id"]),
+                    start=re.compile(e["start"]),
+                    end=re.compile(e["end"]),
+                    fail=re.compile(e["fail"]) if e.get("fail") else None,
+                    signature=str(e.get("signature") or ""),
+                    note=str(e.get("note") or ""),
+                    behind_signature=str(e.get("behind_signature") or ""),
+                )
+            )
+        except (KeyError, TypeError, re.error) as exc:
+            raise ValueError(f"openops.toml: op[{i}]: {exc}") from exc
+    return tuple(out)
+
+
+_UNNAMED = re.compile(r"\(\?P<\w+>")  # named groups repeat across ops: drop their names
+
+
+def keep_pattern(ops: Sequence[OpDef]) -> re.Pattern[str] | None:
+    """One regex for every start/end line, so a log source keeps them for the classifier."""
+    pats = [
+        _UNNAMED.sub("(?:", p.pattern)
+        for op in ops
+        for p in (op.start, op.end, op.fail)
+        if p is not None
+    ]
+    return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
+
+
+def keep_with_ops(keep: re.Pattern[str] | None, ops: Sequence[OpDef]) -> re.Pattern[str] | None:
+    """`keep` widened by every operation's start and end lines (what a log source keeps)."""
+    extra = keep_pattern(ops)
+    if keep is None or extra is None:
+        return keep or extra
+    return re.compile(f"{keep.pattern}|{extra.pattern}")
+
+
+def open_operations(lines: Iterable[str], ops: Sequence[OpDef]) -> list[OpenOp]:
+    """The operations started in `lines` and never finished, oldest first."""
+    lines = list(lines)
+    started: list[tuple[OpDef, int, str, str]] = []  # (op, index, who, key)
+    finished: dict[str, set[str]] = {}  # op id -> the processes that finished one
+    last_progress = -1
+    last_stamp: dict[int, float] = {}
+    for i, line in enumerate(lines):
+        st = _stamp(line)
+        if st is not None:
+            last_stamp[st[2]] = st[1]
+        if _PROGRESS.search(line):
+            last_progress = i
+        who = _who(line)
+        for op in ops:
+            if _close(started, op, line, who):
+                finished.setdefault(op.id, set()).add(who)
+            m = op.start.search(line)
+            if m is not None:
+                started.append((op, i, who, (m.groupdict().get("key") or "")))
+    out = []
+    for op, i, who, _key in started:
+        st = _stamp(lines[i])
+        open_s = last_stamp[st[2]] - st[1] if st is not None else None
+        out.append(
+            OpenOp(
+                op=op,
+                line=lines[i],
+                index=i,
+                who=who,
+                since=st[0] if st else None,
+                open_s=open_s if open_s is None or open_s >= 0 else None,
+                progress_after=last_progress > i,
+                peers_done=tuple(sorted(w for w in finished.get(op.id, ()) if w and w != who)),
+            )
+        )
+    return out
+
+
+def _close(started: list[tuple[OpDef, int, str, str]], op: OpDef, line: str, who: str) -> bool:
+    """An end (or failure) line closes the newest matching start: same key, else same process.
+    True when the line ended one."""
+    m = op.end.search(line) or (op.fail.search(line) if op.fail is not None else None)
+    if m is None:
+        return False
+    key = m.groupdict().get("key") or ""
+    mine = [j for j, entry in enumerate(started) if entry[0] is op]
+    if key:
+        mine = [j for j in mine if started[j][3] == key] or mine
+    same = [j for j in mine if started[j][2] == who] or mine
+    if same:
+        del started[same[-1]]
+    return True
+
+
+def stuck_cause(open_ops: Sequence[OpenOp]) -> OpenOp | None:
+    """The open operation that explains a server stuck now: the newest one that points to a
+    signature and after which the server made no progress; None when no such one exists."""
+    for op in reversed(open_ops):
+        if op.signature and not op.progress_after:
+            return op
+    return None
