@@ -82,16 +82,3 @@ def test_verdict_speaks_the_engines_fix_and_names_missing_evidence(sigs: Signatu
     tl.ticks(30, server=sglang(0.0, 200, "ok", running=2))
     v = final(tl.obs, sigs)
     assert v.state == "stalled" and "engine not recognised" in v.reason
-
-
-def test_sglang_crash_lines_name_engine_dead_in_a_log_replay(sigs: SignatureSet) -> None:
-    from pathlib import Path
-
-    from watchdog.core.logverdict import name_signatures
-    from watchdog.sources.logparse import parse_line
-
-    path = Path(__file__).parent / "data" / "logs" / "i_sgl3752_scheduler_watchdog_timeout.log"
-    keep = sigs.log_keep_pattern()
-    evs = [parse_line(x, keep=keep) for x in path.read_text(encoding="utf-8").splitlines()]
-    found = name_signatures([e for e in evs if e is not None], sigs)
-    assert found and found[0].signature.id == "engine_dead"
