@@ -19,7 +19,8 @@ RULES = ROOT / "prometheus" / "alerts.yml"
 RULE_TESTS = ROOT / "prometheus" / "alerts_test.yml"
 GRAFANA_ALERTS = ROOT / "grafana" / "alerting" / "hang-watchdog-alerts.yaml"
 DASHBOARD = ROOT / "grafana" / "hang-watchdog-dashboard.json"
-README_PART = ROOT / "docs" / "readme" / "50-metrics-alerts.md"
+README_PART = ROOT / "docs" / "metrics-and-alerts.md"
+RUNBOOKS = ROOT / "docs" / "runbooks"
 REQUIRED = {
     "InferenceServerHung",
     "InferenceCubinDownloadStall",
@@ -79,7 +80,7 @@ def test_every_required_rule_exists_with_summary_fix_runbook():
     for name, rule in by_name.items():
         ann = rule["annotations"]
         assert ann.get("summary") and ann.get("fix"), name
-        assert ann["runbook_url"] == f"README.md#runbook-{name.lower()}", name
+        assert ann["runbook_url"] == f"docs/runbooks/{name.lower()}.md", name
         assert rule["labels"]["severity"] in {"warning", "critical"}, name
 
 
@@ -175,14 +176,16 @@ def test_grafana_rules_equal_the_prometheus_rules():
         assert rule["noDataState"] == "OK", name
 
 
-def test_readme_has_a_runbook_section_per_alert():
-    text = README_PART.read_text()
-    anchors = {
-        re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
-        for h in re.findall(r"^#{2,4} (.+)$", text, flags=re.M)
-    }
+def test_every_alert_has_its_own_runbook_page():
+    pages = {p.name for p in RUNBOOKS.glob("*.md")}
     for rule in rules():
-        assert f"runbook-{rule['alert'].lower()}" in anchors, rule["alert"]
+        page = RUNBOOKS / f"{rule['alert'].lower()}.md"
+        assert page.name in pages, rule["alert"]
+        text = page.read_text()
+        assert text.startswith(f"# Runbook: {rule['alert']}\n"), rule["alert"]
+        assert "## What to do" in text and "\n1. " in text, rule["alert"]
+    linked = set(re.findall(r"\(runbooks/([a-z]+\.md)\)", README_PART.read_text()))
+    assert linked == {f"{r['alert'].lower()}.md" for r in rules()}
 
 
 def test_readme_metric_table_matches_the_code_table():

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "Dockerfile"
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs" / "readme").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 KNOWN = {
     "FROM", "ARG", "LABEL", "ENV", "WORKDIR", "COPY", "ADD", "RUN", "USER", "EXPOSE",
     "HEALTHCHECK", "ENTRYPOINT", "CMD", "VOLUME", "STOPSIGNAL", "SHELL", "ONBUILD",

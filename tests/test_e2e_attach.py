@@ -163,7 +163,7 @@ def test_cubin_stall_bench_attach(
     args += ["--duration", "30", "--until-hang", "--incident-dir", str(tmp_path / "inc")]
     done = diagnose(tmp_path, args)
     assert done.returncode == 1, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}"
-    assert "cause: cubin_download_stall" in done.stdout, done.stdout
+    assert "HUNG  cubin_download_stall (confidence" in done.stdout, done.stdout
     assert list((tmp_path / "inc").iterdir())
 
 
@@ -177,7 +177,8 @@ def no_trouble_lines(stderr: str) -> list[str]:
 
 
 def test_healthy_bench_no_hang(tmp_path: Path, sim_factory: Callable[..., SimHandle]) -> None:
-    """A benchmark that runs and finishes is never called hung, stalled or dead."""
+    """A benchmark that runs and finishes is never called hung or stalled. Once it has exited
+    the target is gone, so diagnose ends `dead` with exit 1 (one rule: dead is not ok)."""
     sim = sim_factory("healthy", extra_args=["--bench-s", "4"])
     args = [
         "--pid",
@@ -191,7 +192,8 @@ def test_healthy_bench_no_hang(tmp_path: Path, sim_factory: Callable[..., SimHan
     ]
     done = diagnose(tmp_path, args)
     assert sim.process.poll() == 0, "the healthy bench should have finished within the run"
-    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.returncode == 1, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.stdout.startswith("DEAD\n") and "the server process is gone" in done.stdout
     assert no_trouble_lines(done.stderr) == []
     assert "Throughput:" in sim.log_text()
 

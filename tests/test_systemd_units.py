@@ -18,8 +18,8 @@ from watchdog.sources.facts import trtllm_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 SYSTEMD = ROOT / "systemd"
-README_FRAGMENT = ROOT / "docs" / "readme" / "80-deployment.md"
-PREFLIGHT_FRAGMENT = ROOT / "docs" / "readme" / "70-preflight.md"
+README_FRAGMENT = ROOT / "docs" / "deployment.md"
+PREFLIGHT_FRAGMENT = ROOT / "docs" / "preflight.md"
 DROP_IN = SYSTEMD / "vllm.service.d" / "10-hang-watchdog.conf"
 # Where the units expect the executables; the test points them at stand-ins it controls.
 EXECUTABLES = {"/usr/local/bin/hang-watchdog": "hang-watchdog", "/opt/vllm/bin/vllm": "vllm"}

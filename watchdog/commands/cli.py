@@ -1,38 +1,30 @@
 """Command line: `hang-watchdog run|diagnose|signatures|replay|preflight|demo|fallback`.
 
-`main(argv) -> int` returns the exit code: 0 ok, 1 hang found / check failed, 2 usage or
-config error.
+`main(argv) -> int` returns the exit code: 0 ok / not hung, 1 hung, stalled, dead or a check
+failed, 2 usage, config or input error; `run -- COMMAND` passes the command's own code through.
+Every error is one line: `hang-watchdog CMD: what is wrong; what to do`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib
-import json
-import logging
 import os
 import signal
 import sys
-import threading
-import time
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
 from watchdog import __version__
-from watchdog.config import KEYS, Config, ConfigError, load_config
-from watchdog.core.model import to_dict
+from watchdog.commands.checks import TargetError
+from watchdog.commands.flags import FLAG_NAMES, NO_FLAG, add_config_flags, epilog
+from watchdog.commands.logsetup import setup_logging
+from watchdog.commands.watch import cmd_diagnose, cmd_run, config_from_args
+from watchdog.config import ConfigError
 from watchdog.core.signatures import SignatureError, load_signatures
-from watchdog.outputs.emit import format_verdict
 
-# Config keys whose flag name differs from the key, and keys with no flag of their own.
-FLAG_NAMES = {
-    "log_files": "--log-file",
-    "cdn_hosts": "--cdn-host",
-    "signatures": "--signatures",
-    "engines": "--engines",
-}
-NO_FLAG = {"command", "fallback_overrides", "restart_command"}
+__all__ = ["FLAG_NAMES", "NO_FLAG", "build_parser", "config_from_args", "main"]
 
 
 class UsageError(Exception):
@@ -45,7 +37,7 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse exits on its own; we want exit code 2 via main
-        raise UsageError(message, prog=self.prog)
+        raise UsageError(f"{message}; see `{self.prog} --help`", prog=self.prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,27 +47,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
     parser = build_parser()
+    prog = "hang-watchdog"
     try:
-        args = parser.parse_args(argv)
+        _check_command_word(argv)
+        args, extra = parser.parse_known_args(argv)
+        prog = f"hang-watchdog {args.cmd}"
+        if extra:
+            raise UsageError(
+                f"unrecognized arguments: {' '.join(extra)}; see `{prog} --help`", prog=prog
+            )
         if command and args.cmd != "run":
-            raise UsageError("only `run` takes `-- COMMAND ...` to supervise")
+            raise UsageError("only `run` takes `-- COMMAND ...` to supervise", prog=prog)
         args.command = command
         if not hasattr(args, "config"):  # daemon commands set it up once their config is read
-            _setup_logging("text")
+            setup_logging("text")
         code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the BrokenPipeError handler
         return code
     except UsageError as exc:
         print(f"{exc.prog}: {exc}", file=sys.stderr)
         return 2
+    except TargetError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 2
     except (ConfigError, SignatureError) as exc:
-        print(f"hang-watchdog: configuration error: {exc}", file=sys.stderr)
+        print(f"{prog}: configuration error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `hang-watchdog signatures | head`: the reader left, nothing to say
         _drop_stdout()
         return 128 + signal.SIGPIPE
+
+
+def _check_command_word(argv: list[str]) -> None:
+    """The first word must be a command: name what is wrong instead of argparse's `COMMAND`."""
+    choose = f"choose one of {', '.join(COMMANDS)} (see `hang-watchdog --help`)"
+    if not argv:
+        raise UsageError(f"no command given; {choose}")
+    first = argv[0]
+    if first in COMMANDS or first in ("-h", "--help", "--version"):
+        return
+    if first.startswith("-"):
+        raise UsageError(
+            f"{first} must come after the command (hang-watchdog COMMAND {first}); {choose}"
+        )
+    raise UsageError(f"unknown command {first!r}; {choose}")
 
 
 def _drop_stdout() -> None:
@@ -85,251 +102,199 @@ def _drop_stdout() -> None:
     os.close(devnull)
 
 
+COMMANDS = ("run", "diagnose", "signatures", "replay", "preflight", "demo", "fallback")
+
+
+class _TopFormatter(argparse.RawDescriptionHelpFormatter):
+    """Lists the commands under `commands:` without argparse's extra `COMMAND` line."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse._SubParsersAction):
+            return "".join(self._format_action(a) for a in action._get_subactions())
+        return super()._format_action(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="hang-watchdog",
-        description="Tells operators that an LLM inference server (vLLM first) is hung, why, "
-        "and what to do; restarts it with a fallback when allowed.",
-        epilog="Exit codes: 0 ok, 1 hang found or check failed, 2 usage or config error.",
+        description="Tells operators that an LLM inference server (vLLM, SGLang, TensorRT-LLM)\n"
+        "is hung, why, and what to do; restarts it with a fallback when allowed.",
+        epilog=epilog(
+            [
+                ("see a detection on a simulated server (no GPU needed)", "hang-watchdog demo"),
+                ("supervise a server", "hang-watchdog run -- vllm serve MODEL"),
+                ("is this server hung right now?", "hang-watchdog diagnose --pid 1234"),
+            ],
+            supervise=True,
+        ),
+        formatter_class=_TopFormatter,
     )
     parser.add_argument("--version", action="version", version=f"hang-watchdog {__version__}")
-    sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-
-    p = sub.add_parser(
-        "run", help="watch a server (attach with --pid/--match/--systemd-unit, or `run -- COMMAND`)"
+    sub = parser.add_subparsers(
+        dest="cmd", metavar="COMMAND", title="commands", required=True, parser_class=_Parser
     )
-    _daemon_flags(p)
+    _run_parser(sub)
+    _diagnose_parser(sub)
+    _signatures_parser(sub)
+    for name, module, text, examples in FEATURES:
+        _feature(sub, name, module, text, examples)
+    return parser
+
+
+def _subparser(sub: Any, name: str, text: str, examples: list[tuple[str, str]], **kw: Any) -> Any:
+    """A subcommand with a description, examples and the exit codes in its --help."""
+    return sub.add_parser(
+        name,
+        help=text,
+        description=textwrap.fill(text[:1].upper() + text[1:] + ".", 79),
+        epilog=epilog(examples, supervise=kw.pop("supervise", False)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        **kw,
+    )
+
+
+def _run_parser(sub: Any) -> None:
+    p = _subparser(
+        sub,
+        "run",
+        "watch a server until stopped: attach with --pid/--match/--systemd-unit, or "
+        "supervise it with `run -- COMMAND`",
+        [
+            (
+                "supervise a server: its output is followed and it can be restarted",
+                "hang-watchdog run -- vllm serve MODEL --port 8000",
+            ),
+            (
+                "attach to a running server and its HTTP API",
+                "hang-watchdog run --pid 1234 --vllm-url http://127.0.0.1:8000",
+            ),
+            (
+                "a systemd service, restarted with a fallback when it hangs",
+                "hang-watchdog run --systemd-unit vllm.service --remediate --restarter systemd",
+            ),
+        ],
+        usage="hang-watchdog run [OPTION ...] [-- COMMAND [ARG ...]]",
+        supervise=True,
+    )
+    add_config_flags(p, daemon=True)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser(
+
+def _diagnose_parser(sub: Any) -> None:
+    p = _subparser(
+        sub,
         "diagnose",
-        help="sample for a while, print the verdict with evidence and fix; exit 1 if hung",
+        "sample a server for a while and print one verdict with its evidence and fix",
+        [
+            ("30 s of a running server", "hang-watchdog diagnose --pid 1234"),
+            (
+                "stop at the first hang, with an incident bundle",
+                "hang-watchdog diagnose --match 'vllm serve' --until-hang --incident-dir /tmp/inc",
+            ),
+            (
+                "for scripts: page when it is not healthy",
+                "hang-watchdog diagnose --pid 1234 --json || page-oncall",
+            ),
+        ],
     )
-    _daemon_flags(p)
-    p.add_argument("--duration", type=float, default=30.0, help="seconds to sample (default 30)")
-    p.add_argument(
+    add_config_flags(p, daemon=False)
+    g = p.add_argument_group("diagnose")
+    g.add_argument(
+        "--duration",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to sample (default: 30)",
+    )
+    g.add_argument(
         "--until-hang",
         action="store_true",
         help="stop as soon as a hang is found (and its incident written)",
     )
-    p.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    g.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.set_defaults(func=cmd_diagnose)
 
-    p = sub.add_parser(
-        "signatures", help="list the known hang signatures, or validate an operator file"
+
+def _signatures_parser(sub: Any) -> None:
+    p = _subparser(
+        sub,
+        "signatures",
+        "list the known hang signatures, or validate an operator signature file",
+        [
+            ("what the watchdog knows", "hang-watchdog signatures"),
+            (
+                "check your own rules before deploying them",
+                "hang-watchdog signatures --check site.toml",
+            ),
+        ],
     )
     p.add_argument(
         "--check", metavar="FILE", help="validate FILE; exit 2 with the error if it is invalid"
     )
     p.add_argument(
-        "--signatures", action="append", default=[], metavar="FILE", help="operator signature file"
+        "--signatures",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="operator signature file added to the built-in ones; repeatable",
     )
     p.set_defaults(func=cmd_signatures)
 
-    _feature(
-        sub,
+
+# Subcommands whose flags and body live in their own module (`add_arguments`, `run`).
+FEATURES: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
+    (
         "replay",
         "watchdog.commands.replay",
         "re-classify an incident bundle, a timeline, or a plain server log",
-    )
-    _feature(
-        sub,
+        [
+            (
+                "today's rules on a past incident",
+                "hang-watchdog replay /var/lib/hang-watchdog/incidents/20260101T0000Z-engine_dead",
+            ),
+            ("which signature does this log show?", "hang-watchdog replay vllm.log"),
+            ("test a new rule", "hang-watchdog replay --signatures site.toml timeline.jsonl"),
+        ],
+    ),
+    (
         "preflight",
         "watchdog.preflight",
-        "check a host before the server starts; exit 1 on failure",
-    )
-    _feature(
-        sub,
+        "check a host before the server starts (GPUs, kernels, cubins, disk, py-spy)",
+        [
+            (
+                "before starting the server",
+                'hang-watchdog preflight --server-args="--attention-config.use_trtllm_attention=0"',
+            ),
+            ("as an initContainer: warnings fail too", "hang-watchdog preflight --strict --json"),
+        ],
+    ),
+    (
         "demo",
         "watchdog.commands.demo",
-        "simulate a hanging vLLM and watch the watchdog catch it",
-    )
-    _feature(
-        sub,
+        "simulate a hanging vLLM and watch the watchdog catch it (no GPU needed)",
+        [
+            ("the FlashInfer cubin-download hang", "hang-watchdog demo"),
+            ("a healthy server: no hang must be reported", "hang-watchdog demo --scenario healthy"),
+        ],
+    ),
+    (
         "fallback",
         "watchdog.remediation.cli",
-        "show or clear the fallback applied by remediation",
-    )
-    return parser
+        "show or clear the fallback that remediation applied",
+        [
+            ("what is applied now", "hang-watchdog fallback show"),
+            ("go back to the normal configuration", "hang-watchdog fallback clear"),
+        ],
+    ),
+)
 
 
-def _feature(sub: Any, name: str, module: str, help: str) -> None:
+def _feature(sub: Any, name: str, module: str, text: str, examples: list[tuple[str, str]]) -> None:
     """A subcommand whose flags and body live in `module` (`add_arguments`, `run`)."""
     mod = importlib.import_module(module)
-    p = sub.add_parser(name, help=help, description=help)
+    p = _subparser(sub, name, text, examples)
     mod.add_arguments(p)
     p.set_defaults(func=mod.run)
-
-
-def _daemon_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--config",
-        metavar="FILE",
-        help="TOML config file (every key has a default; flags override)",
-    )
-    for f in dataclasses.fields(Config):
-        if f.name in NO_FLAG:
-            continue
-        flag = FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
-        helptext = f"{f.metadata['help']} (default: {_default(f)})"
-        kind = str(f.type)
-        if "bool" in kind:
-            p.add_argument(
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help=helptext,
-            )
-        elif "list" in kind:
-            p.add_argument(flag, dest=f.name, action="append", default=None, help=helptext)
-        else:
-            tp = int if "int" in kind and "float" not in kind else float if "float" in kind else str
-            p.add_argument(flag, dest=f.name, type=tp, default=None, help=helptext)
-
-
-def _default(f: dataclasses.Field[Any]) -> Any:
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-
-
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The config file and the flags merged (flags win)."""
-    overrides = {k: getattr(args, k, None) for k in KEYS}
-    overrides["command"] = getattr(args, "command", []) or None
-    return load_config(getattr(args, "config", None), overrides)
-
-
-def _setup_logging(fmt: str) -> None:
-    """One stderr handler in `fmt` (text or json); a second call replaces the first's handler."""
-    root = logging.getLogger("hang_watchdog")
-    for old in [h for h in root.handlers if getattr(h, "hang_watchdog_cli", False)]:
-        root.removeHandler(old)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.hang_watchdog_cli = True  # type: ignore[attr-defined]
-    if fmt == "json":
-        handler.setFormatter(_JsonFormatter())
-    else:
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s hang-watchdog %(levelname)s: %(message)s")
-        )
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    root.propagate = False
-
-
-class _JsonFormatter(logging.Formatter):
-    """Log records as JSON objects shaped like the Emitter's (`ts`, `event`, `message`)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(
-            {
-                "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created)),
-                "event": "log",
-                "level": record.levelname,
-                "message": record.getMessage(),
-            }
-        )
-
-
-def cmd_run(args: argparse.Namespace) -> int:
-    from watchdog.daemon.supervise import StopError
-    from watchdog.daemon.wiring import build
-
-    cfg = config_from_args(args)
-    _setup_logging(cfg.log_format)  # the file's log_format counts too, not only the flag
-    _check_pid(cfg.pid, "--match/--systemd-unit", "hang-watchdog run")
-    if not (
-        cfg.pid
-        or cfg.match
-        or cfg.systemd_unit
-        or cfg.command
-        or cfg.vllm_url
-        or cfg.log_files
-        or cfg.journal_unit
-    ):
-        raise UsageError(
-            "nothing to watch; give --pid, --match, --systemd-unit, --vllm-url, "
-            "--log-file or `-- COMMAND`",
-            prog="hang-watchdog run",
-        )
-    built = build(cfg)
-    stop = threading.Event()
-    _on_signals(stop)
-    try:
-        if built.server is not None:
-            try:
-                host, port = built.server.start()
-            except OSError as exc:  # the message names the address and what to do
-                raise ConfigError(f"key 'metrics_addr': {exc.strerror or exc}") from exc
-            logging.getLogger("hang_watchdog").info("metrics on http://%s:%d/metrics", host, port)
-        sup = built.supervisor
-        if sup is not None:
-            sup.start()
-
-        def child_gone(_verdict: Any) -> bool:
-            assert sup is not None
-            return sup.returncode() is not None and not getattr(built, "restarting", False)
-
-        until = child_gone if sup is not None else None
-        built.daemon.run(stop=stop, until=until)
-        if sup is not None:
-            if stop.is_set():
-                try:
-                    sup.shutdown(cfg.stop_grace_s)
-                except StopError as exc:
-                    logging.getLogger("hang_watchdog").error("stopping the server: %s", exc)
-                    return 1
-            code = sup.returncode()
-            return 0 if code is None else (code if code >= 0 else 128 - code)
-        return 0
-    finally:
-        built.close()
-
-
-def _check_pid(pid: int | None, instead: str, prog: str) -> None:
-    """UsageError when --pid names no process: watching it would only ever report `dead`."""
-    import psutil
-
-    if pid is not None and (pid <= 0 or not psutil.pid_exists(pid)):
-        raise UsageError(f"no process with PID {pid}; check the PID or use {instead}", prog=prog)
-
-
-def cmd_diagnose(args: argparse.Namespace) -> int:
-    from watchdog.daemon.wiring import build
-
-    if args.metrics_addr is None:
-        args.metrics_addr = "off"
-    cfg = config_from_args(args)
-    _setup_logging(cfg.log_format)
-    _check_pid(cfg.pid, "--match", "hang-watchdog diagnose")
-    built = build(cfg)
-    stop = threading.Event()
-    _on_signals(stop)
-
-    def done(v: Any) -> bool:
-        if not args.until_hang or not v.is_hang:
-            return False
-        ep = built.episodes.episode if built.episodes is not None else None
-        return not cfg.incident_dir or (ep is not None and ep.incident is not None)
-
-    try:
-        if built.supervisor is not None:
-            built.supervisor.start()
-        verdict = built.daemon.run(stop=stop, until=done, max_seconds=args.duration)
-    finally:
-        if built.supervisor is not None:
-            built.supervisor.stop(cfg.stop_grace_s)
-        built.close()
-    if verdict is None:
-        print("no verdict: the watchdog made no observation", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(to_dict(verdict), indent=2))
-    else:
-        print(format_verdict(verdict))
-        for path in built.episodes.incidents if built.episodes is not None else ():
-            print(f"incident: {path}")
-    return 1 if verdict.is_hang else 0
 
 
 def cmd_signatures(args: argparse.Namespace) -> int:
@@ -343,10 +308,3 @@ def cmd_signatures(args: argparse.Namespace) -> int:
     for k in sigs.known_bad:
         print(f"known_bad {k.id:40s} {k.severity:5s} {k.title}")
     return 0
-
-
-def _on_signals(stop: threading.Event) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())

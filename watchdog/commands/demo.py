@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.config import build_config
-from watchdog.outputs.emit import Emitter, format_verdict
+from watchdog.outputs.emit import Emitter
 
 ENGINES = ("vllm", "sglang")
 ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -38,7 +38,13 @@ SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--scenario", choices=sorted(SCENARIOS), default="cubin_download_stall")
+    """Flags of `hang-watchdog demo`."""
+    p.add_argument(
+        "--scenario",
+        choices=sorted(SCENARIOS),
+        default="cubin_download_stall",
+        help="what the simulated vLLM does (default: cubin_download_stall)",
+    )
     p.add_argument(
         "--engine",
         choices=ENGINES,
@@ -48,12 +54,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workdir", metavar="DIR", help="keep the simulator's files and the incident here"
     )
-    p.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="give up waiting for the hang after this long (default: 60)",
+    )
     p.add_argument(
         "--watch-s",
         type=float,
         default=25.0,
-        help="how long to watch a scenario that should not hang",
+        metavar="SECONDS",
+        help="how long to watch a scenario that should not hang (default: 25)",
     )
 
 
@@ -112,6 +125,7 @@ def _start_sim(work: Path, scenario: str, mode: str, extra: list[str], cdn_port:
     argv += ["--workdir", str(work / "sim"), *extra]
     with open(work / "sim.stdout", "wb") as out, open(work / "sim.stderr", "wb") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, start_new_session=True)
+    _await_files(proc, [log_file, gpu_file])  # attach once they exist: no "missing file" warnings
     port = None
     if mode == "serve":
         end = time.monotonic() + 20
@@ -120,6 +134,13 @@ def _start_sim(work: Path, scenario: str, mode: str, extra: list[str], cdn_port:
             port = int(text) if text.isdigit() else None
             time.sleep(0.1)
     return _Sim(proc, log_file, gpu_file, port)
+
+
+def _await_files(proc: subprocess.Popen[bytes], paths: list[Path], limit_s: float = 20) -> None:
+    """Wait until the simulator has created its log and GPU files (or exited)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end and proc.poll() is None and not all(p.exists() for p in paths):
+        time.sleep(0.05)
 
 
 def _watch(
@@ -168,38 +189,15 @@ def _report(verdict: Any, built: Any, expected: str | None, work: Path) -> int:
             f"no hang reported: {'yes' if ok else 'NO'}"
         )
         return 0 if ok else 1
-    say("=" * 72)
-    say(format_verdict(verdict))
-    say("=" * 72)
+    # The verdict block (what, why, evidence, fix, what remediation would do) is already
+    # above, printed once by the watchdog's emitter.
     for path in incidents:
         say(f"[demo] incident bundle: {path}")
         say(f"[demo]   {', '.join(sorted(p.name for p in Path(path).iterdir()))}")
-    if verdict.fallback:
-        say(
-            "[demo] with --remediate, the watchdog would restart the server with: "
-            f"{_plan(built, verdict)}"
-        )
     ok = verdict.signature == expected and bool(incidents)
     if not ok:
         say(f"[demo] expected {expected}, got {verdict.signature or verdict.state}")
     return 0 if ok else 1
-
-
-def _plan(built: Any, verdict: Any) -> str:
-    """The fallback as the detected engine spells it (vLLM's flag, SGLang's server argument)."""
-    from watchdog.remediation.plan import PlanError, resolve_for
-
-    fb = built.daemon.sigs.fallbacks.get(verdict.fallback)
-    if fb is None:
-        return verdict.fallback
-    engine = built.engine.profile if built.engine is not None else None
-    try:
-        args, env, _how = resolve_for(fb, engine, built.daemon.window.progress.facts)
-    except PlanError as exc:
-        return str(exc)
-    parts = list(args) + [f"{k}={v}" for k, v in env.items()]
-    name = f" ({engine.title})" if engine is not None and engine.name != "unknown" else ""
-    return (" ".join(parts) or fb.description) + name
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -1,7 +1,8 @@
 """`hang-watchdog replay`: re-classify a recorded incident, a timeline, or a plain server log.
 
 Rule authors test a new signature against past incidents; postmortems re-run with today's
-knowledge. Exit 1 if the verdict is a hang, 0 if not, 2 if the input cannot be read.
+knowledge. Exit 1 if the verdict is hung, stalled or dead (or a log shows a signature), 0 if
+not, 2 if the input cannot be read or is not a log, timeline or bundle (compressed, binary).
 """
 
 from __future__ import annotations
@@ -20,19 +21,21 @@ from watchdog.core.signatures import SignatureError, SignatureSet, load_signatur
 from watchdog.core.window import Window
 from watchdog.outputs.emit import format_verdict
 
+UNHEALTHY = frozenset({"hung", "stalled", "dead"})  # exit 1, as `diagnose` (commands/cli.py)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "input",
-        metavar="BUNDLE_OR_TIMELINE_OR_LOG",
-        help="incident directory, timeline.jsonl, a log file, or - for stdin",
+        metavar="INPUT",
+        help="an incident directory, a timeline.jsonl, a server log file, or - for stdin",
     )
     p.add_argument(
         "--signatures",
         action="append",
         default=[],
         metavar="FILE",
-        help="operator signature file (repeatable)",
+        help="operator signature file added to the built-in ones; repeatable",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
@@ -59,10 +62,19 @@ def run(args: argparse.Namespace) -> int:
             return _bundle(Path(path), sigs, args.json)
         data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except (OSError, ValueError) as exc:
-        print(f"hang-watchdog replay: cannot read {name}: {exc}", file=sys.stderr)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        print(
+            f"hang-watchdog replay: cannot read {name}: {why}; give an incident directory, "
+            "a timeline.jsonl, a server log or - for standard input",
+            file=sys.stderr,
+        )
         return 2
     if not data.strip():
         print(f"hang-watchdog replay: {name} is empty; nothing to replay", file=sys.stderr)
+        return 2
+    problem = not_text(data)
+    if problem:
+        print(f"hang-watchdog replay: {name} {problem}", file=sys.stderr)
         return 2
     if _looks_like_timeline(data):
         if stuck:
@@ -158,7 +170,7 @@ def _timeline(
                 "compared with the recorded verdict: "
                 + ("; ".join(changes) if changes else "no change")
             )
-    return 1 if verdict.is_hang else 0
+    return 1 if verdict.is_hang or verdict.state in UNHEALTHY else 0
 
 
 def _changes(old: dict[str, Any], new: Verdict) -> list[str]:
@@ -173,6 +185,34 @@ def _changes(old: dict[str, Any], new: Verdict) -> list[str]:
     out += [f"+ evidence: {d}" for d in sorted(after - before)]
     out += [f"- evidence: {d}" for d in sorted(before - after, key=str)]
     return out
+
+
+# Compressed files an operator may hand over as "the log" (magic numbers from each format's
+# spec: RFC 1952 gzip, bzip2, xz, zstd RFC 8878, zip).
+_COMPRESSED = {
+    b"\x1f\x8b": ("gzip", "zcat"),
+    b"BZh": ("bzip2", "bzcat"),
+    b"\xfd7zXZ\x00": ("xz", "xzcat"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstdcat"),
+    b"PK\x03\x04": ("zip", "unzip -p"),
+}
+
+
+def not_text(data: bytes) -> str | None:
+    """Why `data` is no log, timeline or bundle (compressed or binary), or None if it is text."""
+    for magic, (kind, cat) in _COMPRESSED.items():
+        if data.startswith(magic):
+            return (
+                f"is {kind}-compressed; decompress it first: `{cat} FILE | hang-watchdog replay -`"
+            )
+    head = data[:65536]
+    if b"\x00" in head:
+        return "is binary data, not a text log; give a server log, a timeline.jsonl or an incident"
+    text = head.decode("utf-8", errors="replace")
+    bad = text.count("\ufffd") + sum(1 for c in text if ord(c) < 32 and c not in "\t\r\n\x1b")
+    if bad > max(8, len(text) // 20):  # a few stray bytes are a log; this many are not
+        return "is binary data, not a text log; give a server log, a timeline.jsonl or an incident"
+    return None
 
 
 def _looks_like_timeline(data: bytes) -> bool:

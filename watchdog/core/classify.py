@@ -95,6 +95,8 @@ def _unknown_engine(obs: Observation) -> str:
 
 def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
     p, stall = ctx.window.progress, ctx.stall
+    if ctx.gone and ctx.obs.procs is not None and ctx.obs.procs.target_pid is None:
+        return "dead", "no server process found: nothing matches the target (yet)"
     if ctx.gone:
         return "dead", "the server process is gone"
     if ctx.obs.procs is not None and ctx.obs.procs.compilers:

@@ -33,6 +33,18 @@ def _shorten(line: str, limit: int = 300) -> str:
     return f"{line[:half]} … {line[-half:]}"
 
 
+def short_title(title: str, limit: int = 60) -> str:
+    """A process title cut at a word boundary, marked with '…': never `watchdog.sim.vll`."""
+    exe, sep, rest = title.partition(" ")
+    if "/" in exe:  # `/root/.pyenv/versions/3.11.7/bin/python3 -m x`: the path says little
+        title = exe.rsplit("/", 1)[-1] + sep + rest
+    if len(title) <= limit:
+        return title
+    cut = title[: limit - 1].rstrip()
+    space = cut.rfind(" ")
+    return (cut[:space] if space > limit // 2 else cut).rstrip() + " …"
+
+
 def _by_name(rule: Rule, fr: Frame) -> bool:
     # py-spy 0.4 on Python >= 3.11 prints qualified names (`MessageQueue.dequeue`,
     # `Condition.wait`); a rule names the function, so the last dotted part counts too.
@@ -66,8 +78,9 @@ def match_stacks(rule: Rule, stacks: Iterable[StackSample]) -> str | None:
                 fr = next((f for f in th.frames if test(rule, f)), None)
                 if fr is not None:
                     still = ", unchanged across two dumps" if th.unchanged else ""
+                    title = short_title(sample.title)
                     return (
-                        f"pid {sample.pid} ({sample.title[:60]}) thread {th.name!r} in {fr.name} "
+                        f"pid {sample.pid} ({title}) thread {th.name!r} in {fr.name} "
                         f"({fr.filename}:{fr.line}){still}"
                     )
     return None

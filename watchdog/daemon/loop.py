@@ -182,8 +182,7 @@ class Daemon:
         key = (how, tuple(g.index for g in chosen))
         if gpus and key != self._gpu_scope:
             self._gpu_scope = key
-            which = ", ".join(str(g.index) for g in chosen) or "none"
-            log.info("judging GPU(s) %s of %d (chosen by %s)", which, len(gpus), how)
+            log.info("%s", judging_line(chosen, len(gpus), how))
         return chosen
 
     def tick(self) -> Verdict:
@@ -264,6 +263,19 @@ class Daemon:
             self._server_call,
         ):
             call.close()
+
+
+def judging_line(chosen: Sequence[GpuSample], total: int, how: str) -> str:
+    """`judging GPUs 0, 1 of 8 (the server processes' GPUs)`: which GPUs count, and why."""
+    which = ", ".join(str(g.index) for g in chosen) or "none"
+    noun = "GPU" if len(chosen) == 1 else "GPUs"
+    why = {
+        "all": "every GPU on the host: the server's own could not be told apart",
+        "configured": "the --gpus setting",
+        "server processes": "the GPUs the server's processes use",
+        "CUDA_VISIBLE_DEVICES indices": "the server's CUDA_VISIBLE_DEVICES",
+    }.get(how, how if how.startswith("the ") else f"chosen by {how}")
+    return f"judging {noun} {which} of {total} ({why})"
 
 
 def _scrape_s(source: Any, requests: int) -> float:

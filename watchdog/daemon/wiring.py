@@ -32,6 +32,7 @@ class Built:
     server: Any = None  # MetricsServer
     metrics: Any = None  # MetricsSink
     episodes: Any = None  # EpisodeHook
+    stdin: Any = None  # the StreamReader of `--log-file -`: its EOF means the pipe closed
     extras: list[Any] = field(default_factory=list)
     engine: Any = None  # EngineRef: the engine profile in force (forced or detected)
 
@@ -48,17 +49,25 @@ def build(
     sigs = sigs or load_signatures(cfg.signatures)
     engine = _engine(cfg)
     supervisor = Supervisor(cfg.command) if cfg.command else None
+    logs, stdin = _logs(cfg, sigs, supervisor, engine)
     sources = Sources(
         gpu=_gpu(cfg),
-        logs=_logs(cfg, sigs, supervisor, engine),
+        logs=logs,
         server=_server(cfg, engine),
         procs=_procs(cfg, supervisor, engine),
         facts=_facts(cfg),
     )
     if sources.procs is not None:
         sources.conns = _conns(cfg)
-    daemon = Daemon(cfg, sigs, sources, emitter=emitter or Emitter(cfg.log_format))
-    built = Built(daemon=daemon, supervisor=supervisor, engine=engine)
+    emitter = emitter or Emitter(cfg.log_format)
+    daemon = Daemon(cfg, sigs, sources, emitter=emitter)
+    if emitter.remediation is None:  # the verdict block says what --remediate does about it
+        from watchdog.remediation.describe import remediation_note
+
+        emitter.remediation = lambda v: remediation_note(
+            cfg, sigs, v, daemon.window.progress.facts, engine=engine.profile
+        )
+    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin, engine=engine)
     _metrics(cfg, sigs, built)
     _episodes(cfg, built)
     _remediation(cfg, sigs, built)
@@ -69,6 +78,10 @@ def build(
 def _gpu(cfg: Config) -> Any:
     from watchdog.sources.gpusource import make_gpu_source
 
+    if cfg.gpu_source.strip() == "none":
+        # Off on purpose: no source at all, so no `source_up{source="gpu"} 0` for
+        # HangWatchdogBlind to fire on, and no poll deadline to miss.
+        return None
     try:
         return make_gpu_source(cfg.gpu_source)
     except ValueError as exc:
@@ -90,15 +103,21 @@ def _engine(cfg: Config) -> Any:
         raise ConfigError(f"key 'engine': {exc}") from exc
 
 
-def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any) -> Any:
+def _logs(
+    cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any
+) -> tuple[Any, Any]:
+    """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
     from watchdog.sources.logparse import LogPatterns
     from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
+    stdin = None
     for path in cfg.log_files:
-        readers.append(
-            StreamReader(sys.stdin.buffer, "stdin") if path == "-" else FileFollower(path)
-        )
+        if path == "-":
+            stdin = stdin or StreamReader(sys.stdin.buffer, "stdin")
+            readers.append(stdin)
+        else:
+            readers.append(FileFollower(path))
     if cfg.journal_unit:
         from watchdog.sources.journal import JournalReader
 
@@ -106,9 +125,9 @@ def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine
     if supervisor is not None:
         readers.append(supervisor.reader())
     if not readers:
-        return None
+        return None, None
     patterns = LogPatterns.from_engines(engine.engines)
-    return LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns)
+    return LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns), stdin
 
 
 def _server(cfg: Config, engine: Any) -> Any:
@@ -148,7 +167,9 @@ def _conns(cfg: Config) -> Any:
         hosts = CdnHosts(cfg.cdn_hosts, default=DEFAULT_CDN if cfg.cdn_default else None)
     except ValueError as exc:
         raise ConfigError(f"key 'cdn_hosts': {exc}") from exc
-    return ConnSource(hosts, Resolver())
+    # The default CDN not resolving is normal on an air-gapped host: said once, quietly.
+    quiet = frozenset({DEFAULT_CDN[0]}) if cfg.cdn_default else frozenset()
+    return ConnSource(hosts, Resolver(quiet=quiet))
 
 
 def _facts(cfg: Config) -> Any:

@@ -40,7 +40,8 @@ def _since(seconds: Any) -> str:
 
 
 def _why(doc: Mapping[str, Any]) -> list[str]:
-    items = [f"- [{e['source']}/{e['kind']}] {e['detail']}" for e in doc.get("evidence", [])]
+    # `[source] detail`, as the terminal's verdict block shows it (the kind is in incident.json)
+    items = [f"- [{e['source']}] {e['detail']}" for e in doc.get("evidence", [])]
     return ["## Why we think so", "", *(items or ["- (no evidence recorded)"])]
 
 
@@ -70,7 +71,7 @@ def _env_md(doc: Mapping[str, Any]) -> list[str]:
     return [
         "## Environment",
         "",
-        f"- GPUs: {gpus or 'unknown'}; driver {env.get('driver')}",
+        f"- GPUs: {gpus or 'unknown'}; driver {env.get('driver') or 'unknown'}",
         f"- Versions: {vers or 'unknown'}",
         f"- Command line: `{' '.join(env.get('cmdline') or [])}`",
     ]

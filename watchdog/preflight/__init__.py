@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         type=float,
         default=3.0,
-        help="deadline for each probe (default 3)",
+        help="deadline for each probe, at most 60 (default: 3)",
     )
     parser.add_argument(
         "--incident-dir", metavar="DIR", help="where incident bundles go (checks free space)"
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-source",
         choices=("nvml", "none"),
         default="nvml",
-        help="where GPU facts come from (none: skip GPU checks)",
+        help="where GPU facts come from; none skips the GPU checks (default: nvml)",
     )
 
 
@@ -87,7 +87,10 @@ def options_from_args(args: argparse.Namespace) -> PreflightOptions:
     except ValueError as e:
         raise UsageError(f"--server-args: cannot split {args.server_args!r}: {e}") from e
     if not args.timeout > 0 or args.timeout > 60:
-        raise UsageError(f"--timeout: must be between 0 and 60 seconds, got {args.timeout}")
+        raise UsageError(
+            f"--timeout must be more than 0 and at most 60 seconds, got {args.timeout:g}; "
+            "e.g. --timeout 3"
+        )
     if args.python is not None and not args.python.strip():
         raise UsageError("--python: empty path; give the server's interpreter")
     return PreflightOptions(
@@ -124,7 +127,7 @@ def run(
     try:
         opts = options or options_from_args(args)
     except UsageError as e:
-        print(f"hang-watchdog preflight: error: {e}", file=sys.stderr)
+        print(f"hang-watchdog preflight: {e}", file=sys.stderr)
         return 2
     gpu = backend if backend is not None else _backend(opts.gpu_source)
     started = time.monotonic()

@@ -9,6 +9,7 @@ Every filesystem probe runs under a hard deadline: `stat` on a hung NFS mount ne
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
@@ -111,6 +112,18 @@ def check_ptrace(proc_root: Path) -> CheckResult:
     return passed("ptrace", f"{rule}; {_WATCHDOG_PTRACE}; {here}", ptrace_scope=scope)
 
 
+def _unusable_dir(path: Path) -> str | None:
+    """Why `path` cannot hold incident bundles (a file, or not writable), or None."""
+    if path.exists() and not path.is_dir():
+        return f"{path} is a file, not a directory"
+    where = path
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not os.access(where, os.W_OK | os.X_OK):
+        return f"{where} is not writable by this user"
+    return None
+
+
 def _free(path: Path, timeout_s: float, usage: DiskUsage) -> tuple[Path, int] | str:
     """Free bytes at `path` or its nearest existing parent, or why not (error or deadline)."""
 
@@ -134,6 +147,15 @@ def check_incident_space(
     """Room for incident bundles (stack dumps, timeline, log tail)."""
     if incident_dir is None:
         return skipped("incident_space", "no --incident-dir given")
+    try:  # the same test `run` makes at start (daemon/wiring.py _incident_root)
+        problem = call_with_deadline(
+            lambda: _unusable_dir(incident_dir), timeout_s, name="preflight-incident-dir"
+        )
+    except DeadlineExceeded:
+        problem = None  # _free below reports the hung mount
+    if problem:
+        fix = "give a writable directory with --incident-dir (it is created if missing)"
+        return failed("incident_space", f"{problem}; `hang-watchdog run` refuses it", [fix])
     got = _free(incident_dir, timeout_s, usage)
     if isinstance(got, str):
         return warned("incident_space", got, ["create it on a local, responsive disk"])

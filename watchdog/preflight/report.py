@@ -102,7 +102,13 @@ def render_table(results: Sequence[CheckResult], *, strict: bool, width: int = 1
     verdict = "OK" if code == 0 else "FAILED"
     lines.append("")
     lines.append(
-        f"preflight {verdict}: {counts['pass']} passed, {counts['warn']} warnings, "
+        f"preflight {verdict}: {counts['pass']} passed, "
+        f"{_plural(counts['warn'], 'warning')}, "
         f"{counts['fail']} failed, {counts['skip']} skipped" + (" (strict)" if strict else "")
     )
     return "\n".join(lines)
+
+
+def _plural(n: int, word: str) -> str:
+    """`1 warning`, `2 warnings`."""
+    return f"{n} {word}" + ("" if n == 1 else "s")

@@ -21,12 +21,24 @@ from watchdog.remediation.state import RemediationState, StateError, StateStore
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Flags of the `fallback` subcommand."""
     p.add_argument("action", choices=("show", "clear"), help="show the state, or clear it")
-    p.add_argument("--state-dir", default=Config.state_dir, help="remediation state directory")
-    p.add_argument("--fallback-file", help="EnvironmentFile the server reads (emptied by clear)")
     p.add_argument(
-        "--restarter", choices=("supervise", "systemd", "kubernetes", "command"), default=None
+        "--state-dir",
+        metavar="DIR",
+        default=Config.state_dir,
+        help=f"remediation state directory (default: {Config.state_dir})",
     )
-    p.add_argument("--systemd-unit", help="with --restart: the vLLM unit to restart")
+    p.add_argument(
+        "--fallback-file",
+        metavar="FILE",
+        help="EnvironmentFile the server reads (emptied by clear)",
+    )
+    p.add_argument(
+        "--restarter",
+        choices=("supervise", "systemd", "kubernetes", "command"),
+        default=None,
+        help="the restarter remediation used (with --restart: systemd)",
+    )
+    p.add_argument("--systemd-unit", metavar="UNIT", help="with --restart: the server's unit")
     p.add_argument(
         "--restart",
         action="store_true",

@@ -2,7 +2,7 @@
 
 The top process is the API server (serve) or the `vllm bench throughput` CLI (bench); it spawns
 a `VLLM::EngineCore` child (and `VLLM::Worker_TPn` children with --tp > 1) that does the pretend
-GPU work and hangs the way real engines hang. See docs/readme/20-demo-scenarios.md.
+GPU work and hangs the way real engines hang. See docs/demo.md.
 """
 
 from __future__ import annotations

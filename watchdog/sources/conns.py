@@ -9,6 +9,7 @@ background thread so that a slow DNS server never stalls the watchdog's loop.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -21,6 +22,8 @@ import psutil
 
 from watchdog.core.model import Connection
 from watchdog.sources.base import SourceHealth
+
+log = logging.getLogger("hang_watchdog.sources.conns")
 
 DEFAULT_CDN = ("edge.urm.nvidia.com", 443)
 Endpoint = tuple[str, int | None]  # (host, port); port None matches any port
@@ -126,8 +129,11 @@ class Resolver:
         refresh_s: float = 300.0,
         retry_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        quiet: frozenset[str] = frozenset(),
     ) -> None:
         self._resolve = resolve
+        self._quiet = quiet  # hosts whose failure is expected offline: one info line, not down
+        self._said: set[str] = set()
         self._refresh_s = refresh_s
         self._retry_s = retry_s
         self._clock = clock
@@ -173,7 +179,16 @@ class Resolver:
             self.health.ok()
         except (OSError, UnicodeError) as e:  # socket.gaierror is an OSError
             addrs, delay = frozenset(), self._retry_s
-            self.health.down(f"cannot resolve {host}: {e}")
+            if host not in self._quiet:
+                self.health.down(f"cannot resolve {host}: {e}")
+            elif host not in self._said:  # air-gapped hosts are a main audience: no warning
+                self._said.add(host)
+                log.info(
+                    "%s does not resolve (%s): an offline host, so FlashInfer cannot download "
+                    "from it either; sockets to it go unrecognised until it resolves",
+                    host,
+                    e,
+                )
         with self._lock:
             if addrs or host not in self._known:
                 self._known[host] = addrs  # keep stale addresses rather than none on an error
