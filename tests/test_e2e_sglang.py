@@ -172,5 +172,5 @@ def test_demo_engine_sglang_names_the_stall_and_its_fallback(tmp_path: Path) -> 
     done = run_watchdog("demo", "--engine", "sglang", "--workdir", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-2000:]}"
     assert "simulated SGLang" in done.stdout
-    assert "cause: cubin_download_stall" in done.stdout
+    assert "HUNG  cubin_download_stall (confidence" in done.stdout
     assert "--attention-backend flashinfer (SGLang spelling" in done.stdout, done.stdout[-3000:]
