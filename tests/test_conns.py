@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psutil
 import pytest
 
 from watchdog.sources.conns import (
@@ -226,3 +227,56 @@ def test_parse_cdn_host(text: str, expected: tuple[str, int | None]) -> None:
 def test_parse_cdn_host_errors(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_cdn_host(text)
+
+
+class CountingPsutil:
+    """psutil with a count of Process() lookups (the per-process socket walk)."""
+
+    NoSuchProcess = psutil.NoSuchProcess
+    AccessDenied = psutil.AccessDenied
+
+    def __init__(self) -> None:
+        self.lookups = 0
+
+    def Process(self, pid: int) -> Any:  # noqa: N802 - psutil's name
+        self.lookups += 1
+        return psutil.Process(pid)
+
+
+def test_no_process_walk_while_no_socket_table_mentions_a_cdn_address(
+    connected_child: Any,
+) -> None:
+    """The real tables hold the child's socket to 127.0.0.1: walked and found. A CDN address
+    that no table mentions: not one process is looked at."""
+    proc, port = connected_child
+    counting = CountingPsutil()
+    here = ConnSource(
+        CdnHosts([f"127.0.0.1:{port}"], default=None), Resolver(), psutil_module=counting
+    )
+    elsewhere = ConnSource(
+        CdnHosts(["192.0.2.7:443"], default=None), Resolver(), psutil_module=counting
+    )
+    try:
+        assert [c.port for c in here.poll([proc.pid])] == [port]
+        assert counting.lookups == 1
+        assert elsewhere.poll([proc.pid]) == ()
+        assert counting.lookups == 1 and elsewhere.health.up
+    finally:
+        here.close()
+        elsewhere.close()
+
+
+def test_unreadable_socket_tables_fall_back_to_the_process_walk(connected_child: Any) -> None:
+    proc, port = connected_child
+    counting = CountingPsutil()
+    source = ConnSource(
+        CdnHosts([f"127.0.0.1:{port}"], default=None),
+        Resolver(),
+        psutil_module=counting,
+        net_root="/nonexistent/net",
+    )
+    try:
+        assert [c.port for c in source.poll([proc.pid])] == [port]
+        assert counting.lookups == 1
+    finally:
+        source.close()

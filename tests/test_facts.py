@@ -243,3 +243,18 @@ def test_trtllm_attention_setting(
     argv: list[str], env: dict[str, str], expected: bool | None
 ) -> None:
     assert trtllm_attention(["vllm", "serve", "m", *argv], env) is expected
+
+
+def test_same_target_environment_is_read_again_only_every_recheck_s(tmp_path: Path) -> None:
+    """A re-exec (same PID, new environment) is seen at the next recheck, not every tick."""
+    env = {"FLASHINFER_CUBINS_REPOSITORY": "https://one.example/"}
+    proc = fake_proc(tmp_path, "/nonexistent/bin/true", env, "true")
+    now = [100.0]
+    src = FactsSource(proc_root=str(proc), clock=lambda: now[0], recheck_s=10.0)
+    assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
+    environ = proc / str(SIDECAR_PID) / "environ"
+    environ.write_bytes(b"FLASHINFER_CUBINS_REPOSITORY=https://two.example/\0")
+    now[0] += 9.0
+    assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
+    now[0] += 1.0
+    assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://two.example/"

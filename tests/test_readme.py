@@ -36,8 +36,8 @@ def test_readme_starts_with_the_two_commands() -> None:
     blocks = [b.split("```", 1)[0].strip() for b in quick.split("```sh\n")[1:]]
     assert blocks == [
         "python3 -m venv .venv && . .venv/bin/activate && pip install . && hang-watchdog demo",
-        "apt-get update && apt-get install -y prometheus systemd util-linux && "
-        "pip install -e '.[test]' && python -m pytest -q",
+        "apt-get update && apt-get install -y prometheus prometheus-alertmanager systemd "
+        "util-linux && pip install -e '.[test]' && python -m pytest -q",
     ]
     first_section = text.split("\n## ", 2)[1]
     assert first_section.startswith("Quick start")  # right after the introduction

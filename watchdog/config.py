@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -95,6 +96,28 @@ class Config:
         "not a spin",
         lo=0,
     )
+    # fleet (docs/fleet.md)
+    deployment: str = _f(
+        "",
+        "name shared by every watchdog of one multi-node deployment; exported as the "
+        "`deployment` label that fleet rules group by (empty: a standalone server)",
+    )
+    node: str = _f("", "node label exported with this server's ranks (default: the host name)")
+    fleet_remediation: str = _f(
+        "cause",
+        "with `deployment` set, which watchdog restarts: the one whose verdict names the cause "
+        "rank (cause), or only the fleet_leader (leader)",
+        choices=("cause", "leader"),
+    )
+    fleet_leader: bool = _f(False, "this instance restarts the whole deployment (leader mode)")
+    nccl_ras: str = _f(
+        "auto",
+        "query NCCL's RAS service (read-only): auto (absence said once, retried rarely), on, off",
+        choices=("auto", "on", "off"),
+    )
+    nccl_ras_addr: str = _f("localhost:28028", "NCCL RAS address HOST:PORT (NCCL_RAS_ADDR)")
+    nccl_ras_interval_s: float = _f(30.0, "seconds between two RAS queries", lo=1)
+    nccl_ras_deadline_s: float = _f(10.0, "hard deadline of one RAS query", lo=0.5)
     # outputs
     log_format: str = _f(
         "text", "how log, state and verdict lines on stderr look", choices=("text", "json")
@@ -265,8 +288,33 @@ def _cross_check(cfg: Config, origin: str) -> None:
             f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
         )
     _check_window(cfg, origin)
+    _check_labels(cfg, origin)
+    _check_ras_addr(cfg, origin)
     _check_vllm_url(cfg.vllm_url, origin)
     _check_cdn_hosts(cfg.cdn_hosts, origin)
+
+
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+
+
+def _check_labels(cfg: Config, origin: str) -> None:
+    """`deployment` and `node` become label values that rules group by: short, printable."""
+    for key in ("deployment", "node"):
+        value = getattr(cfg, key)
+        if value and not LABEL_RE.match(value):
+            raise ConfigError(
+                f"{origin}: key {key!r}: {value!r} is not a usable label value; use up to 128 "
+                "letters, digits and . _ : / - (starting with a letter or digit)"
+            )
+
+
+def _check_ras_addr(cfg: Config, origin: str) -> None:
+    host, sep, port = cfg.nccl_ras_addr.rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(
+            f"{origin}: key 'nccl_ras_addr': {cfg.nccl_ras_addr!r} is not HOST:PORT; use the "
+            "job's NCCL_RAS_ADDR (default localhost:28028)"
+        )
 
 
 # Thresholds measured over the window: a window no longer than one of them never sees it pass.

@@ -14,29 +14,23 @@ from watchdog.core.logverdict import LogMatch
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import OpenOp, load_ops, open_operations, stuck_cause
 from watchdog.core.signatures import SignatureSet
-from watchdog.sources.linesplit import LineSplitter, split_records
-from watchdog.sources.logparse import clean_line, parse_line
+from watchdog.sources.linesplit import Block, LineSplitter, split_records
+from watchdog.sources.logparse import clean_line
+from watchdog.sources.logscan import BlockScanner, StackBlocks
 from watchdog.sources.logstacks import StackScanner
 
 
 def read_log(data: bytes, sigs: SignatureSet) -> tuple[list[str], list[LogEvent]]:
     """The cleaned records of a log, and the events they carry (stack dumps included)."""
-    keep = sigs.log_keep_pattern()
     splitter = LineSplitter()
     raw = splitter.feed(data) + [x for x in [splitter.flush()] if x]
-    scanner = StackScanner()
-    records: list[str] = []
-    events: list[LogEvent] = []
-    for line in raw:
-        cleaned = clean_line(line)
-        events += scanner.feed(cleaned, "replay")
-        for rec in split_records(cleaned):
-            records.append(rec)
-            ev = parse_line(rec, "replay", keep)
-            if ev is not None:
-                events.append(ev)
-    events += scanner.flush("replay")
-    return records, events
+    records = [rec for line in raw for rec in split_records(clean_line(line))]
+    # The events through the live source's block path: the same events as parsing every line
+    # (tests/test_logscan.py), with only the lines holding a literal key parsed.
+    stacks = StackScanner()
+    block = Block(data.replace(b"\x00", b"") if b"\x00" in data else data)
+    events, _ = StackBlocks(BlockScanner(sigs.log_keep_pattern())).scan(block, "replay", stacks)
+    return records, events + stacks.flush("replay")
 
 
 def report(

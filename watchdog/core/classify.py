@@ -12,6 +12,7 @@ from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
+from watchdog.core.ranks import Attribution, attribute, describe
 from watchdog.core.signatures import Rule, Signature, SignatureSet
 from watchdog.core.window import Window
 
@@ -29,10 +30,15 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         return Verdict(state="starting", reason="no observations yet")
     ctx = Context(window, obs, th)
     stall = ctx.stall
+    ranks = _ranks(ctx)
     common = {
         "suspicious": stall.suspicious,
         "seconds_since_progress": stall.seconds,
         "progress_ratio": window.progress.ratio,
+        "ranks": ranks.views,
+        "cause_rank": ranks.cause_rank,
+        "cause_role": ranks.cause_role,
+        "waiting_ranks": ranks.waiting_ranks,
     }
     matches = [m for m in (_match(s, ctx) for s in sigs.signatures) if m is not None]
     if matches:
@@ -46,8 +52,11 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             confidence=round(min(conf, 1.0), 3),
             # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
             evidence=tuple(ev)
+            + _rank_evidence(ranks)
+            + _ras_evidence(ctx)
             + (() if any(e.source == "gpu" for e in ev) else ctx.gpu_figures())
             + ctx.capture_problems(),
+            priority=sig.priority,
             fix=text.fix,
             commands=text.commands,
             references=sig.references,
@@ -64,6 +73,8 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     if state == "stalled":
         evidence = (
             (Evidence("progress", "no_progress", stall.detail),)
+            + _rank_evidence(ranks)
+            + _ras_evidence(ctx)
             + ctx.gpu_figures()
             + ctx.capture_problems()
         )
@@ -91,6 +102,27 @@ def _unknown_engine(obs: Observation) -> str:
         "progress counters in /metrics, its stats lines in the log and its process roles; "
         "give --engine or add a profile with --engines FILE)"
     )
+
+
+def _ranks(ctx: Context) -> Attribution:
+    """Which rank is the cause, from the freshest stacks (nothing without stacks)."""
+    procs = ctx.obs.procs.procs if ctx.obs.procs is not None else ()
+    return attribute(procs, ctx.stacks, ctx.obs.gpus, ctx.obs.conns)
+
+
+def _ras_evidence(ctx: Context) -> tuple[Evidence, ...]:
+    """NCCL's own view (sources/nccl_ras.py): dead, unresponsive and lagging ranks."""
+    ras = ctx.obs.facts.get("nccl_ras")
+    lines = ras.get("evidence") if isinstance(ras, dict) else None
+    if not isinstance(lines, list):
+        return ()
+    return tuple(Evidence("nccl_ras", "nccl_ras", str(line)) for line in lines[:8])
+
+
+def _rank_evidence(ranks: Attribution) -> tuple[Evidence, ...]:
+    """Evidence only with peers waiting: alone, the rank's stack evidence already says it all."""
+    line = describe(ranks) if ranks.waiting_ranks else ""
+    return (Evidence("stacks", "rank_cause", line),) if line else ()
 
 
 def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
@@ -170,6 +202,7 @@ def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | Non
         "references": sig.references,
         "fallback": sig.fallback,
         "reason": f"stalled inside an unfinished {cause.op.what}",
+        "priority": sig.priority,
     }
 
 

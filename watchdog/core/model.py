@@ -186,6 +186,22 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class RankView:
+    """What one process of the server was doing when a verdict was taken (core/ranks.py)."""
+
+    pid: int
+    role: str = ""  # e.g. "Worker", "EngineCore", "scheduler"
+    rank: int | None = None
+    title: str = ""
+    frame: str = ""  # innermost meaningful frame, e.g. "download_file (cubin_loader.py:88)"
+    activity: str = ""  # download | gpu_wait | collective | other | no_stacks
+    unchanged: bool | None = None  # that thread was identical in two dumps; None: one dump
+    gpu: int | None = None  # GPU index whose compute processes include this pid
+    sockets: tuple[str, ...] = ()  # "host:port STATE" of its kernel-CDN sockets
+    part: str = ""  # "cause" (keeps its peers waiting), "waiting" (waits on the cause), ""
+
+
+@dataclass(frozen=True)
 class Verdict:
     """What classify() concluded about a window."""
 
@@ -202,6 +218,11 @@ class Verdict:
     seconds_since_progress: float | None = None
     progress_ratio: float | None = None
     reason: str = ""  # one line on why this state, for non-hang states too
+    priority: int = 0  # the signature's priority: the highest across nodes is the root cause
+    ranks: tuple[RankView, ...] = ()  # per process of the server, when stacks were taken
+    cause_rank: int | None = None  # the rank that keeps the others waiting
+    cause_role: str = ""  # the role of the process that is the cause (also when rankless)
+    waiting_ranks: tuple[int, ...] = ()  # ranks waiting on the cause
 
     @property
     def is_hang(self) -> bool:

@@ -20,6 +20,7 @@ from typing import BinaryIO
 
 import psutil
 
+from watchdog.sources.linesplit import Block
 from watchdog.sources.logs import StreamReader
 
 log = logging.getLogger("hang_watchdog.supervise")
@@ -52,6 +53,7 @@ class Supervisor:
         self.starts = 0
         self._readers: list[StreamReader] = []
         self._retired: list[StreamReader] = []
+        self._dropped_gone = 0  # lines dropped by readers of children that are gone
         # A restart runs in a background thread while a signal may shut everything down: one
         # lock for start/stop (held through a stop's grace), and once closing no start may
         # follow. The loop's reads take only the short readers lock, never waiting on a stop.
@@ -152,13 +154,28 @@ class Supervisor:
             return self._lines()
 
     def _lines(self) -> list[str]:
+        return [line for block in self._blocks() for line in block.lines()]
+
+    def blocks(self) -> list[Block]:
+        """The current child's new output as line blocks (the log source's block path)."""
+        with self._readers_lock:
+            return self._blocks()
+
+    def _blocks(self) -> list[Block]:
         for r in self._retired:
-            r.read()
+            r.read_blocks()
+        self._dropped_gone += sum(r.dropped for r in self._retired if r.eof)
         self._retired = [r for r in self._retired if not r.eof]
-        out: list[str] = []
+        out: list[Block] = []
         for r in self._readers:
-            out.extend(r.read())
+            out.extend(r.read_blocks())
         return out
+
+    @property
+    def dropped(self) -> int:
+        """Lines every child reader so far dropped because the loop fell behind."""
+        with self._readers_lock:
+            return self._dropped_gone + sum(r.dropped for r in self._retired + self._readers)
 
     def close(self) -> None:
         with self._readers_lock:
@@ -177,6 +194,13 @@ class SupervisedReader:
 
     def read(self) -> list[str]:
         return self._sup.lines()
+
+    def read_blocks(self) -> list[Block]:
+        return self._sup.blocks()
+
+    @property
+    def dropped(self) -> int:
+        return self._sup.dropped
 
     def partials(self) -> list[str]:
         return self._sup.partials()

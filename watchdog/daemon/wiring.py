@@ -107,7 +107,7 @@ def _logs(
     cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any
 ) -> tuple[Any, Any]:
     """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
-    from watchdog.sources.logparse import LogPatterns
+    from watchdog.sources.logparse import LogPatterns, use_patterns
     from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
@@ -126,8 +126,8 @@ def _logs(
         readers.append(supervisor.reader())
     if not readers:
         return None, None
-    patterns = LogPatterns.from_engines(engine.engines)
-    return LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns), stdin
+    use_patterns(LogPatterns.from_engines(engine.engines))  # operator profiles' lines too
+    return LogSource(readers, keep=sigs.log_keep_pattern()), stdin
 
 
 def _server(cfg: Config, engine: Any) -> Any:
@@ -175,7 +175,13 @@ def _conns(cfg: Config) -> Any:
 def _facts(cfg: Config) -> Any:
     from watchdog.sources.facts import FactsSource
 
-    return FactsSource()
+    facts = FactsSource()
+    if cfg.nccl_ras == "off":
+        return facts
+    from watchdog.sources.nccl_ras import RasClient, RasSource, WithRas
+
+    client = RasClient(cfg.nccl_ras_addr, deadline_s=cfg.nccl_ras_deadline_s)
+    return WithRas(facts, RasSource(client, mode=cfg.nccl_ras, interval_s=cfg.nccl_ras_interval_s))
 
 
 def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
@@ -186,8 +192,17 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         addr = parse_addr(cfg.metrics_addr)
     except ValueError as exc:
         raise ConfigError(f"key 'metrics_addr': {exc}") from exc
-    sink = MetricsSink(sigs.ids, version=__version__, stale_after_s=cfg.metrics_stale_s)
+    from watchdog.outputs.fleet import FleetLabels
+
+    sink = MetricsSink(
+        sigs.ids,
+        version=__version__,
+        stale_after_s=cfg.metrics_stale_s,
+        fleet=FleetLabels.resolve(cfg.deployment, cfg.node),
+    )
     built.metrics = sink
+    if built.daemon.sources.logs is not None:
+        built.daemon.sources.logs.on_skip = sink.log_lines_skipped
     built.daemon.hooks.append(_MetricsHook(sink))
     if addr is not None:
         worst = built.daemon.worst_tick_s()

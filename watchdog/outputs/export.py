@@ -22,7 +22,9 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 
 from watchdog.core.model import STATES, Observation, Verdict
+from watchdog.outputs.fleet import FleetLabels, fleet_series
 from watchdog.outputs.metrics_table import (
+    LOG_SKIP_REASONS,
     LOOP_BUCKETS,
     METRICS,
     REMEDIATION_OUTCOMES,
@@ -81,11 +83,13 @@ class MetricsSink(Collector):
         stale_after_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        fleet: FleetLabels | None = None,
     ) -> None:
         if stale_after_s <= 0:
             raise ValueError(f"stale_after_s must be > 0 seconds, got {stale_after_s!r}")
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._version = version
+        self._fleet = fleet if fleet is not None else FleetLabels.resolve("", "")
         self._stale_after_s = stale_after_s
         self._clock = clock
         self._wall = wall
@@ -95,6 +99,7 @@ class MetricsSink(Collector):
         self._signatures: list[str] = list(signatures)
         self._hang: tuple[str | None, float] = (None, 0.0)  # (signature, confidence)
         self._captures: dict[str, float] = {r: 0.0 for r in STACK_RESULTS}
+        self._log_skips: dict[str, float] = {r: 0.0 for r in LOG_SKIP_REASONS}
         self._remediations: dict[tuple[str, str], float] = {}
         self._fallbacks: dict[str, bool] = {}
         self._exhausted = False
@@ -114,6 +119,7 @@ class MetricsSink(Collector):
     def observe(self, obs: Observation, verdict: Verdict, loop_seconds: float | None) -> None:
         """Record one completed loop iteration: replaces every per-loop series."""
         series = _loop_series(obs, verdict, self._wall())
+        series.update(fleet_series(obs, verdict, self._fleet))
         signature = verdict.signature if verdict.is_hang else None
         with self._lock:
             if signature is not None:
@@ -141,6 +147,13 @@ class MetricsSink(Collector):
             raise ValueError(f"stack capture result {result!r} is not one of {STACK_RESULTS}")
         with self._lock:
             self._captures[result] += 1
+
+    def log_lines_skipped(self, reason: str, count: int) -> None:
+        """Count log lines the log source left unparsed (LogSource's on_skip hook)."""
+        if reason not in LOG_SKIP_REASONS:
+            raise ValueError(f"log skip reason {reason!r} is not one of {LOG_SKIP_REASONS}")
+        with self._lock:
+            self._log_skips[reason] += count
 
     def remediation(self, action: str, outcome: str) -> None:
         """Count one remediation by action and outcome (metrics_table.REMEDIATION_OUTCOMES)."""
@@ -217,6 +230,9 @@ class MetricsSink(Collector):
             ],
             "hang_watchdog_incidents_total": [((s,), v) for s, v in self._incidents.items()],
             "hang_watchdog_stack_captures_total": [((r,), v) for r, v in self._captures.items()],
+            "hang_watchdog_log_lines_skipped_total": [
+                ((r,), v) for r, v in self._log_skips.items()
+            ],
             "hang_watchdog_build_info": [((self._version,), 1.0)],
             "hang_watchdog_remediations_total": sorted(self._remediations.items()),
             "hang_watchdog_fallback_active": [

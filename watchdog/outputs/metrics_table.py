@@ -25,6 +25,10 @@ REMEDIATION_OUTCOMES: tuple[str, ...] = (
     "skipped",
 )
 
+# Why the log source left lines unparsed (LogSource.skipped): a stream reader's queue overflowed,
+# a followed file ran too far ahead and was jumped, or a tick's parse budget ran out.
+LOG_SKIP_REASONS: tuple[str, ...] = ("dropped", "lag", "budget")
+
 # Upper bounds of the loop-duration histogram, seconds. A tick is ~1 s; py-spy dumps can take 10+.
 LOOP_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -38,6 +42,9 @@ class MetricSpec:
     labels: tuple[str, ...]
     help: str
 
+
+FLEET = ("deployment", "node", "engine")
+RANK = (*FLEET, "rank", "role")
 
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
@@ -113,6 +120,12 @@ METRICS: tuple[MetricSpec, ...] = (
         "py-spy stack captures, by result.",
     ),
     MetricSpec(
+        "hang_watchdog_log_lines_skipped_total",
+        "counter",
+        ("reason",),
+        "Log lines not parsed because the log came faster than it was read, by reason.",
+    ),
+    MetricSpec(
         "hang_watchdog_loop_duration_seconds",
         "histogram",
         (),
@@ -154,6 +167,33 @@ METRICS: tuple[MetricSpec, ...] = (
         ("signature", "fallback", "mode", "args", "env"),
         "Always 1: the last remediation plan (mode dry_run or acted), with the exact arguments "
         "and environment it adds.",
+    ),
+    MetricSpec(
+        "hang_watchdog_deployment_info",
+        "gauge",
+        FLEET,
+        "Always 1: the deployment (config key `deployment`), node and engine this watchdog "
+        "watches; fleet rules join on it.",
+    ),
+    MetricSpec(
+        "hang_watchdog_rank_last_progress_timestamp_seconds",
+        "gauge",
+        RANK,
+        "Unix time each rank of the server last made progress (now while idle); the lowest "
+        "across a deployment is the first rank to stop.",
+    ),
+    MetricSpec(
+        "hang_watchdog_rank_waiting",
+        "gauge",
+        RANK,
+        "1 while this rank waits on another (in a collective) during a hang, else 0.",
+    ),
+    MetricSpec(
+        "hang_watchdog_rank_cause_priority",
+        "gauge",
+        (*RANK, "signature"),
+        "Present only for the rank the verdict names as the cause of a hang: the signature's "
+        "priority (higher wins across nodes).",
     ),
 )
 

@@ -10,7 +10,14 @@ from typing import Any
 def render_summary(doc: Mapping[str, Any]) -> str:
     """summary.md from an incident.json document: what, why, what to do, references, capture."""
     v = doc["verdict"]
-    parts = (_what(doc, v), _why(doc), _todo(v), _capture_md(doc["capture"]), _env_md(doc))
+    parts = (
+        _what(doc, v),
+        _why(doc),
+        _todo(v),
+        _ranks_md(v),
+        _capture_md(doc["capture"]),
+        _env_md(doc),
+    )
     lines = [line for part in parts for line in [*part, ""]]
     if doc.get("remediation") is not None:
         rem = json.dumps(doc["remediation"], indent=2)
@@ -53,6 +60,32 @@ def _todo(v: Mapping[str, Any]) -> list[str]:
         out += ["", "## Exact fix commands", "", "```sh", *v["commands"], "```"]
     refs = [f"- {r}" for r in v.get("references", [])]
     return out + ["", "## Upstream references", "", *(refs or ["- (none)"])]
+
+
+def _ranks_md(v: Mapping[str, Any]) -> list[str]:
+    """One row per process of the server: who is the cause, who waits (core/ranks.py)."""
+    views = v.get("ranks") or []
+    if not views:
+        return []
+    cause = v.get("cause_rank")
+    head = f"Cause: rank {cause}" if cause is not None else "Cause: no single rank named"
+    if v.get("waiting_ranks"):
+        head += f"; waiting: ranks {', '.join(str(r) for r in v['waiting_ranks'])}"
+    out = ["## Ranks", "", head + ".", ""]
+    out += [
+        "| rank | role | part | doing | unchanged | GPU | sockets |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in views:
+        rank = "-" if r.get("rank") is None else r["rank"]
+        gpu = "-" if r.get("gpu") is None else r["gpu"]
+        doing = f"{r.get('activity')}: `{r.get('frame')}`" if r.get("frame") else r.get("activity")
+        socks = ", ".join(r.get("sockets") or []) or "-"
+        out.append(
+            f"| {rank} | {r.get('role') or '-'} | {r.get('part') or '-'} | {doing} "
+            f"| {r.get('unchanged')} | {gpu} | {socks} |"
+        )
+    return out
 
 
 def _capture_md(cap: Mapping[str, Any]) -> list[str]:

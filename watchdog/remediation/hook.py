@@ -17,6 +17,7 @@ from watchdog.config import Config
 from watchdog.core.model import Observation, Verdict
 from watchdog.core.signatures import SignatureSet
 from watchdog.remediation.canary import CanaryHook
+from watchdog.remediation.fleet import fleet_block
 from watchdog.remediation.limits import Gate, gate
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
@@ -111,6 +112,10 @@ class RemediationHook:
             why = f"confidence {verdict.confidence:.2f} < remediate_min_confidence {floor:.2f}"
             self._skip(daemon, key, plan.action, f"not acting on {plan.signature}: {why}")
             return  # not handled: the confidence may still rise within this episode
+        fleet = fleet_block(self.cfg, verdict)
+        if fleet:
+            self._skip(daemon, key, plan.action, f"not acting on {plan.signature}: {fleet}")
+            return  # not handled: the stacks that name the cause rank may still arrive
         if self.cfg.dry_run:
             self._handled = key
             self._dry_run(plan, daemon)

@@ -18,6 +18,7 @@ SCENARIOS = (
     "slow_loading",
     "engine_dead",
     "hang_unless_fallback",
+    "collective_wait",
 )
 ROLE_API = "api"
 ROLE_ENGINE = "VLLM::EngineCore"
@@ -55,6 +56,7 @@ class SimConfig:
     gpu_name: str = "NVIDIA GB300"
     cc: str = "10.3"
     tp: int = 1
+    hang_rank: int = -1
     cdn_url: str | None = None
     cdn_timeout: float = 600.0
     log_file: str | None = None
@@ -97,6 +99,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-name", default="NVIDIA GB300")
     p.add_argument("--cc", default="10.3", help="compute capability reported for the GPUs")
     p.add_argument("--tp", "--tensor-parallel-size", type=int, default=1, dest="tp")
+    p.add_argument(
+        "--hang-rank",
+        type=int,
+        default=-1,
+        help="TP>1: this worker rank downloads (cubin_download_stall) or spins (kernel_deadlock) "
+        "while the other ranks wait in all_reduce",
+    )
     p.add_argument("--cdn-url", help="stand-in cubin CDN base URL (must be loopback)")
     p.add_argument("--cdn-timeout", type=float, default=600.0, help="per-attempt HTTP timeout")
     p.add_argument("--log-file", help="also append every output line here")

@@ -25,6 +25,7 @@ from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.output import Console
 from watchdog.sim.startup import Startup
 from watchdog.sim.torch_stub import cuda
+from watchdog.sim.torch_stub.torch.distributed import distributed_c10d
 
 PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
 STEP_S = 0.1
@@ -108,6 +109,13 @@ class Engine:
         if scenario == "hang_unless_fallback":
             scenario = "healthy" if self.cfg.trtllm_disabled else "kernel_deadlock"
         running = self.batch_size()
+        if scenario == "collective_wait" or (
+            scenario in ("kernel_deadlock", "cubin_download_stall") and self.hang_rank_valid()
+        ):
+            self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
+            self.report("step", running=running, waiting=self.total_waiting(running))
+            self.tell_workers(f"{scenario} {self.cfg.hang_rank}")
+            collective_rpc()
         if scenario in ("kernel_deadlock", "cubin_download_stall"):
             self.set_gpu("spin")
             self.report("step", running=running, waiting=self.total_waiting(running))
@@ -117,6 +125,10 @@ class Engine:
             else:
                 self.fetch_cubins()
         return self.step_loop(dies=scenario == "engine_dead")
+
+    def hang_rank_valid(self) -> bool:
+        """--hang-rank names one of this server's worker ranks."""
+        return 0 <= self.cfg.hang_rank < len(self.workers)
 
     def fetch_cubins(self) -> None:
         """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
@@ -228,12 +240,38 @@ def run_idle_child(title: str) -> int:
         time.sleep(3600)
 
 
+def collective_rpc() -> None:
+    """The engine waits for its workers' replies (vLLM's executor collective_rpc), forever."""
+    while True:
+        time.sleep(0.05)
+
+
 def run_worker(cfg: SimConfig, title: str) -> int:
-    """Entry point of a `VLLM::Worker_TPn`: idle until told to hang; exits when stdin closes."""
+    """Entry point of a `VLLM::Worker_TPn`: idle until told to hang; exits when stdin closes.
+
+    `hang` spins every rank; `SCENARIO RANK` makes RANK the cause (cubin download or spin) and
+    every other rank wait for it in all_reduce, as NCCL ranks wait on a stuck peer.
+    """
     sysutil.set_title(title)
     sysutil.die_with_parent()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    rank = int(title.rsplit("TP", 1)[-1])
     for line in sys.stdin:
-        if line.strip() == "hang":
+        words = line.split()
+        if words == ["hang"]:
             cuda.synchronize()
+        elif len(words) == 2:
+            worker_hang(cfg, words[0], rank == int(words[1]))
     return 0
+
+
+def worker_hang(cfg: SimConfig, scenario: str, is_cause: bool) -> None:
+    """One worker's part in a rank-level hang."""
+    if not is_cause or scenario == "collective_wait":
+        distributed_c10d.all_reduce([1.0])
+    elif scenario == "kernel_deadlock":
+        cuda.synchronize()
+    else:
+        cubin_loader.configure_logging(sys.stderr, cfg.log_file)
+        for name in CUBINS:
+            cubin_loader.get_cubin_callback(name.encode(), b"", timeout=cfg.cdn_timeout)

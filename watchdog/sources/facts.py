@@ -185,8 +185,11 @@ class FactsSource:
         proc_root: str = "/proc",
         versions: Versions | None = None,
         clock: Callable[[], float] = time.monotonic,
+        recheck_s: float = 10.0,
     ) -> None:
         self.proc_root = proc_root
+        self._recheck_s = recheck_s
+        self._next_check = float("-inf")
         self.health = SourceHealth(self.name)
         self._versions = versions or functools.partial(default_versions, proc_root=proc_root)
         self._clock = clock
@@ -204,7 +207,13 @@ class FactsSource:
             self.health.ok()
             return {}
         # Re-read when the environment changes too: a process that re-execs itself (a launcher
-        # wrapper, `exec` in an entrypoint) keeps its PID but not its environment.
+        # wrapper, `exec` in an entrypoint) keeps its PID but not its environment. That is
+        # rare and slow to matter, so the same PID's environment is looked at every recheck_s.
+        now = self._clock()
+        if target_pid == self._pid and now < self._next_check:
+            with self._lock:
+                return dict(self._facts)
+        self._next_check = now + self._recheck_s
         environ = read_environ(target_pid, self.proc_root)
         with self._lock:
             if target_pid != self._pid or (environ and environ != self._facts.get("environ")):

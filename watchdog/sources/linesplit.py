@@ -7,6 +7,7 @@ never terminated, and the next record lands on the bar's physical line.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _TRUNCATED = " …[truncated]"
 _EOL = re.compile(rb"\r\n|\r|\n")
@@ -83,3 +84,139 @@ class LineSplitter:
         self._buf = bytearray()
         self._truncated = False
         return [text] if text else []
+
+
+class Block:
+    """Complete lines as bytes, as one block: NULs removed, every line ended by an EOL except
+    at EOF. Lines are decoded one at a time, only those a caller asks for."""
+
+    __slots__ = ("data", "first_truncated", "max_line_bytes")
+
+    def __init__(self, data: bytes, *, first_truncated: bool = False, max_line_bytes: int = 65536):
+        self.data = data
+        self.first_truncated = first_truncated  # the first line overflowed in an earlier feed
+        self.max_line_bytes = max_line_bytes
+
+    def text(self, start: int, end: int) -> str:
+        """The line data[start:end] as LineSplitter would have produced it."""
+        raw = self.data[start:end]
+        truncated = start == 0 and self.first_truncated
+        if len(raw) > self.max_line_bytes:
+            raw, truncated = raw[: self.max_line_bytes], True
+        text = raw.decode("utf-8", errors="replace")
+        return text + _TRUNCATED if truncated else text
+
+    def lines(self) -> list[str]:
+        """Every non-empty line (the slow path, for readers' list-of-lines API)."""
+        return [self.text(s, e) for s, e in line_spans(self.data)]
+
+    def last_lines(self) -> Iterator[str]:
+        """The lines from the last backwards, decoded lazily (the log tail needs only a few)."""
+        data, end = self.data, len(self.data)
+        while end > 0:
+            while end > 0 and data[end - 1] in b"\r\n":
+                end -= 1
+            if end == 0:
+                return
+            nl = data.rfind(b"\n", 0, end)
+            start = max(nl, data.rfind(b"\r", nl + 1, end)) + 1
+            yield self.text(start, end)
+            end = start
+
+    def count(self) -> int:
+        """How many lines LineSplitter would have produced from this block."""
+        return count_lines(self.data)
+
+
+def line_spans(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every non-empty line of `data`, EOLs excluded."""
+    out: list[tuple[int, int]] = []
+    start = 0
+    for m in _EOL.finditer(data):
+        if m.start() > start:
+            out.append((start, m.start()))
+        start = m.end()
+    if start < len(data):
+        out.append((start, len(data)))
+    return out
+
+
+def count_eols(data: bytes) -> int:
+    """Line ends (`\n`, `\r\n`, `\r`) in `data`: a cheap line count, blank lines included."""
+    if b"\r" not in data:
+        return data.count(b"\n")
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+
+
+def count_lines(data: bytes) -> int:
+    """Non-empty lines in `data` (EOLs `\\n`, `\\r\\n`, `\\r`) without splitting it.
+
+    EOL tokens minus empty lines; an empty line is a token right after another token (the
+    byte pairs `\\n\\n`, `\\n\\r`, `\\r\\r`, overlapping, rare in logs) or at the very start.
+    """
+    if not data:
+        return 0
+    has_cr = b"\r" in data
+    tokens = count_eols(data)
+    empty = 1 if data[0] in b"\r\n" else 0
+    for pair in (b"\n\n", b"\n\r", b"\r\r") if has_cr else (b"\n\n",):
+        i = data.find(pair)
+        while i >= 0:
+            empty += 1
+            i = data.find(pair, i + 1)
+    partial = 0 if data[-1] in b"\r\n" else 1
+    return tokens - empty + partial
+
+
+class BlockSplitter:
+    """LineSplitter's contract (same lines, same truncation) but whole blocks out, not lines:
+    a reader hands the block to the prefilter, which decodes only the lines that matter."""
+
+    def __init__(self, max_line_bytes: int = 65536) -> None:
+        if max_line_bytes < 1:
+            raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+        self.max_line_bytes = max_line_bytes
+        self._buf = bytearray()
+        self._truncated = False
+        self._after_cr = False
+
+    def feed(self, data: bytes) -> Block | None:
+        """The complete lines `data` ends (with any held partial before them), or None."""
+        if self._after_cr and data.startswith(b"\n"):
+            data = data[1:]
+        if not data:
+            return None
+        self._after_cr = data.endswith(b"\r")
+        if b"\x00" in data:
+            data = data.replace(b"\x00", b"")
+        nl = data.rfind(b"\n")
+        cut = max(nl, data.rfind(b"\r", nl + 1)) + 1
+        if cut == 0:
+            self._append(data)
+            return None
+        head = bytes(self._buf) + data[:cut] if self._buf else data[:cut]
+        block = Block(head, first_truncated=self._truncated, max_line_bytes=self.max_line_bytes)
+        self._buf, self._truncated = bytearray(), False
+        self._append(data[cut:])
+        return block
+
+    def peek(self) -> str:
+        """The held partial line (see LineSplitter.peek)."""
+        return bytes(self._buf).decode("utf-8", errors="replace")
+
+    def flush(self) -> Block | None:
+        """The held partial line as a block (at EOF or rotation); None when there is none."""
+        if not self._buf:
+            return None
+        block = Block(
+            bytes(self._buf), first_truncated=self._truncated, max_line_bytes=self.max_line_bytes
+        )
+        self._buf, self._truncated = bytearray(), False
+        return block
+
+    def _append(self, part: bytes) -> None:
+        room = self.max_line_bytes - len(self._buf)
+        if len(part) > room:
+            part = part[: max(room, 0)]
+            self._truncated = True
+        self._buf += part

@@ -137,10 +137,23 @@ class LogPatterns:
         )
 
 
+_IN_FORCE: list[LogPatterns] = []  # set once by the daemon's wiring (operator profiles too)
+
+
 @functools.cache
-def default_patterns() -> LogPatterns:
-    """The shipped profiles' formats (loaded on first use, never at import)."""
+def _shipped_patterns() -> LogPatterns:
     return LogPatterns.from_engines(load_engines())
+
+
+def default_patterns() -> LogPatterns:
+    """The formats in force: those `use_patterns` set, else the shipped profiles' (loaded on
+    first use, never at import)."""
+    return _IN_FORCE[-1] if _IN_FORCE else _shipped_patterns()
+
+
+def use_patterns(patterns: LogPatterns) -> None:
+    """Make `patterns` (shipped + `--engines` profiles) the formats every reader uses."""
+    _IN_FORCE[:] = [patterns]
 
 
 def parse_line(
@@ -364,3 +377,16 @@ def _bar_kind(msg: str, desc: str, fields: dict[str, Any], at: int) -> _Parsed:
         except ValueError:
             pass
     return "progress", fields
+
+
+def literal_keys(patterns: LogPatterns | None = None) -> tuple[str, ...]:
+    """Substrings one of which every line that yields a parsed event contains (each format's
+    needle): the log source's prefilter skips lines holding none of them unparsed."""
+    pats = default_patterns() if patterns is None else patterns
+    return (
+        "flashinfer.jit: ",  # _jit
+        *dict.fromkeys(r.needle for r in (*pats.first, *pats.rest)),  # engine profiles
+        "% Completed |",  # _bars: loading
+        "%|",  # _bars: tqdm with a total
+        "it [",  # _bars: tqdm without a total
+    )

@@ -7,20 +7,28 @@ in the reader's `error` attribute, and LogSource turns that into SourceHealth.do
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import re
-import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import BinaryIO, Protocol
 
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.sources.base import SourceHealth
-from watchdog.sources.linesplit import LineSplitter, split_records
-from watchdog.sources.logparse import LogPatterns, clean_line, parse_line
+from watchdog.sources.linesplit import Block, BlockSplitter, count_eols
+from watchdog.sources.logparse import clean_line, parse_line
+from watchdog.sources.logscan import BlockScanner, StackBlocks, parse_text, tail_lines
 from watchdog.sources.logstacks import StackScanner
+from watchdog.sources.streamreader import StreamReader
+
+__all__ = ["FileFollower", "LineReader", "LogSource", "StreamReader"]
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 65536
+_REPORT_EVERY_S = 60.0  # a sustained flood logs its skipped-line count once a minute
 _TAIL_LINE_CHARS = 8192  # keeps the incident-bundle tail small even with huge lines
 _REDRAW_KINDS = frozenset({"progress", "loading", "capture"})  # tqdm bars redrawn many times/s
 
@@ -36,6 +44,10 @@ class LineReader(Protocol):
     def close(self) -> None: ...
 
 
+# A reader may also offer `read_blocks() -> list[Block]` (FileFollower and StreamReader do):
+# LogSource then prefilters whole blocks instead of parsing every line.
+
+
 class FileFollower:
     """`tail -F` for one path: waits for it, follows rename-rotation and truncation."""
 
@@ -46,6 +58,7 @@ class FileFollower:
         from_start: bool = False,
         max_bytes_per_read: int = 8 << 20,
         max_line_bytes: int = 65536,
+        max_lag_bytes: int = 64 << 20,
     ) -> None:
         self.path = os.fspath(path)
         self.name = self.path
@@ -57,7 +70,10 @@ class FileFollower:
         self._fh: BinaryIO | None = None
         self._id: tuple[int, int] | None = None  # (st_dev, st_ino) of the open file
         self._offset = 0
-        self._splitter = LineSplitter(max_line_bytes)
+        self._max_lag = max(max_lag_bytes, max_bytes_per_read)
+        self._resync = False  # after skipping ahead: discard up to the next line end
+        self.skipped = 0  # lines jumped over because the writer ran max_lag_bytes ahead
+        self._splitter = BlockSplitter(max_line_bytes)
 
     def partials(self) -> list[str]:
         """The unterminated last line, if any (see LineSplitter.peek)."""
@@ -66,34 +82,37 @@ class FileFollower:
 
     def read(self) -> list[str]:
         """The complete lines written since the last call; [] (and `error` set) on OSError."""
+        return [line for block in self.read_blocks() for line in block.lines()]
+
+    def read_blocks(self) -> list[Block]:
+        """The complete lines written since the last call, as blocks; [] on OSError."""
         try:
-            lines = self._read()
+            return self._read()
         except OSError as exc:
             self.error = f"cannot read log file {self.path}: {exc.strerror or exc}"
             self._close_file()
             return []
-        return lines
 
     def close(self) -> None:
         """Close the open file, if any."""
         self._close_file()
 
-    def _read(self) -> list[str]:
+    def _read(self) -> list[Block]:
         if self._fh is None and not self._open():
             return []
-        lines = self._drain()
+        blocks = self._drain()
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return lines  # renamed away and not yet recreated: keep the old file open
+            return blocks  # renamed away and not yet recreated: keep the old file open
         if (st.st_dev, st.st_ino) != self._id:
             # Rotated: the writer may have written more to the old file before moving on.
-            lines += self._drain()
-            lines += [partial] if (partial := self._splitter.flush()) else []
+            blocks += self._drain()
+            blocks += [partial] if (partial := self._splitter.flush()) else []
             self._close_file()
             if self._open():
-                lines += self._drain()
-        return lines
+                blocks += self._drain()
+        return blocks
 
     def _open(self) -> bool:
         try:
@@ -105,7 +124,7 @@ class FileFollower:
         st = os.fstat(fh.fileno())
         self._fh, self._id, self.error = fh, (st.st_dev, st.st_ino), None
         self._offset = 0
-        self._splitter = LineSplitter(self._max_line_bytes)
+        self._splitter = BlockSplitter(self._max_line_bytes)
         if self._first_open and not self._from_start:
             self._offset = fh.seek(0, os.SEEK_END)
             self._hold_unterminated_tail(fh)
@@ -124,23 +143,39 @@ class FileFollower:
         if held:
             self._splitter.feed(held)
 
-    def _drain(self) -> list[str]:
+    def _drain(self) -> list[Block]:
         fh = self._fh
         if fh is None:
             return []
-        if os.fstat(fh.fileno()).st_size < self._offset:  # truncated in place (copytruncate)
+        size = os.fstat(fh.fileno()).st_size
+        if size < self._offset:  # truncated in place (copytruncate)
             self._offset = fh.seek(0)
-            self._splitter = LineSplitter(self._max_line_bytes)
-        lines: list[str] = []
-        budget = self._max_bytes
-        while budget > 0:
-            data = fh.read(min(_CHUNK, budget))
-            if not data:
+            self._splitter = BlockSplitter(self._max_line_bytes)
+        elif size - self._offset > self._max_lag:
+            self._skip_to(fh, size - self._max_bytes)
+        data = fh.read(self._max_bytes)
+        self._offset += len(data)
+        if self._resync and data:
+            ends = [i for i in (data.find(b"\n"), data.find(b"\r")) if i >= 0]
+            data = data[min(ends) + 1 :] if ends else b""
+            self._resync = not ends
+        block = self._splitter.feed(data) if data else None
+        return [block] if block is not None else []
+
+    def _skip_to(self, fh: BinaryIO, target: int) -> None:
+        """The writer is max_lag_bytes ahead: jump to the last max_bytes_per_read, counting
+        the lines jumped over, rather than falling further behind (and growing) each tick."""
+        self._splitter.flush()  # its line ends inside the skipped part: counted there
+        skipped, last = 0, b"\n"
+        while self._offset < target:
+            chunk = fh.read(min(1 << 20, target - self._offset))
+            if not chunk:
                 break
-            self._offset += len(data)
-            budget -= len(data)
-            lines += self._splitter.feed(data)
-        return lines
+            self._offset += len(chunk)
+            skipped += count_eols(chunk)
+            last = chunk[-1:]
+        self.skipped += skipped + (last not in (b"\n", b"\r"))  # + the line cut at target
+        self._resync = True
 
     def _close_file(self) -> None:
         if self._fh is not None:
@@ -151,100 +186,18 @@ class FileFollower:
         return f"FileFollower({self.path!r})"
 
 
-class StreamReader:
-    """Reads a pipe or stdin on a daemon thread into a bounded queue of lines.
-
-    When the consumer falls behind by more than `max_lines` lines or `max_chars` characters,
-    the oldest lines are dropped and counted in `dropped`. `tee` receives every byte read
-    (supervise mode echoes the child's output through to the watchdog's own stdout/stderr).
-    """
-
-    def __init__(
-        self,
-        stream: BinaryIO,
-        name: str,
-        *,
-        tee: BinaryIO | None = None,
-        max_lines: int = 10000,
-        max_chars: int = 8 << 20,
-        max_line_bytes: int = 65536,
-    ) -> None:
-        self.name = name
-        self.error: str | None = None
-        self.eof = False
-        self.dropped = 0
-        self._stream = stream
-        self._tee = tee
-        self._lines: collections.deque[str] = collections.deque()
-        self._max_lines, self._max_chars, self._chars = max_lines, max_chars, 0
-        self._lock = threading.Lock()
-        self._splitter = LineSplitter(max_line_bytes)
-        self._thread = threading.Thread(target=self._run, name=f"log-reader-{name}", daemon=True)
-        self._thread.start()
-
-    def partials(self) -> list[str]:
-        """The unterminated last line, if any (see LineSplitter.peek)."""
-        held = self._splitter.peek()
-        return [held] if held else []
-
-    def read(self) -> list[str]:
-        """All lines queued since the last call."""
-        with self._lock:
-            lines = list(self._lines)
-            self._lines.clear()
-            self._chars = 0
-        return lines
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the stream hits EOF (for tests and shutdown); True if it did."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
-    def close(self) -> None:
-        """Stop echoing; the thread ends by itself at EOF (closing a pipe mid-read is unsafe)."""
-        self._tee = None
-
-    def _run(self) -> None:
-        read = getattr(self._stream, "read1", self._stream.read)
-        try:
-            while True:
-                data = read(_CHUNK)
-                if not data:
-                    break
-                self._echo(data)
-                self._push(self._splitter.feed(data))
-        except (OSError, ValueError) as exc:  # ValueError: the stream was closed under us
-            self.error = f"reading {self.name} failed: {exc}"
-        partial = self._splitter.flush()
-        self._push([partial] if partial else [])
-        self.eof = True
-
-    def _push(self, lines: list[str]) -> None:
-        if not lines:
-            return
-        with self._lock:
-            self._lines.extend(lines)
-            self._chars += sum(map(len, lines))
-            while len(self._lines) > self._max_lines or self._chars > self._max_chars:
-                self._chars -= len(self._lines.popleft())
-                self.dropped += 1
-
-    def _echo(self, data: bytes) -> None:
-        tee = self._tee
-        if tee is None:
-            return
-        try:
-            tee.write(data)
-            tee.flush()
-        except (OSError, ValueError):
-            self._tee = None  # our own stdout went away; keep reading the child regardless
-
-
 _BAR_KINDS = frozenset({"progress", "loading", "capture"})
 
 
 class LogSource:
-    """Polls every reader once per tick and parses the new lines into LogEvents."""
+    """Polls every reader once per tick and parses the new lines into LogEvents.
+
+    Readers that hand over blocks (`read_blocks`) are prefiltered: only lines holding one of
+    the parser's or the keep pattern's literal keys are decoded and parsed, within
+    `budget_s` per poll. Lines a reader dropped, jumped over, or that the budget left
+    unparsed are counted by reason in `skipped`, logged, and passed to `on_skip` (the
+    daemon exports them as hang_watchdog_log_lines_skipped_total).
+    """
 
     def __init__(
         self,
@@ -254,41 +207,49 @@ class LogSource:
         max_events_per_tick: int = 500,
         tail_lines: int = 2000,
         name: str = "logs",
-        patterns: LogPatterns | None = None,
+        budget_s: float = 0.3,
+        clock: Callable[[], float] = time.monotonic,
+        on_skip: Callable[[str, int], None] | None = None,
     ) -> None:
         self.name = name
-        self._patterns = patterns  # engine log formats (None: the shipped profiles')
         self.health = SourceHealth(name)
         self.dropped_events = 0
+        self.skipped: dict[str, int] = {"dropped": 0, "lag": 0, "budget": 0}
+        self.on_skip = on_skip
         self._readers = list(readers)
         # Start and end lines of operations (core/openops.py) are kept too: a stall that
         # lasts inside one of them names its cause.
         self._keep = keep_with_ops(keep, load_ops())
+        self._scanner = BlockScanner(self._keep, clock=clock)
+        self._stack_blocks = StackBlocks(self._scanner, clock=clock)
+        self._budget_s = budget_s
+        self._clock = clock
         self._max_events = max_events_per_tick
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._held: dict[tuple[int, int], str] = {}
         # Stack dumps the server wrote into its log (SGLang's watchdog, faulthandler, ...).
         self._scanners: dict[int, StackScanner] = {}
+        self._seen: dict[tuple[int, str], int] = {}  # reader counters already folded in
+        self._reported: dict[str, int] = {}
+        self._last_report = float("-inf")
 
     def poll(self) -> tuple[LogEvent, ...]:
         """The events parsed from all lines that arrived since the last poll."""
         events: list[LogEvent] = []
         errors: list[str] = []
+        deadline = self._clock() + self._budget_s
         for reader in self._readers:
-            scanner = self._scanners.setdefault(id(reader), StackScanner())
-            for raw in reader.read():
-                line = clean_line(raw)
-                events.extend(scanner.feed(line, reader.name))
-                if not line:
-                    continue
-                self._tail.append(line[:_TAIL_LINE_CHARS])
-                for record in split_records(line):
-                    event = parse_line(
-                        record, source=reader.name, keep=self._keep, patterns=self._patterns
-                    )
-                    if event is not None:
-                        events.append(event)
-            events.extend(scanner.tick(reader.name))
+            stacks = self._scanners.setdefault(id(reader), StackScanner())
+            read_blocks = getattr(reader, "read_blocks", None)
+            if read_blocks is None:
+                events += self._parse_lines(reader, stacks)
+            else:
+                for block in read_blocks():
+                    found, unparsed = self._stack_blocks.scan(block, reader.name, stacks, deadline)
+                    events += found
+                    self.skipped["budget"] += unparsed
+                    self._tail.extend(tail_lines(block, self._tail.maxlen or 0, _TAIL_LINE_CHARS))
+            events.extend(stacks.tick(reader.name))
             events.extend(self._held_bars(reader))
             if reader.error:
                 errors.append(reader.error)
@@ -296,7 +257,46 @@ class LogSource:
             self.health.down("; ".join(errors))
         else:
             self.health.ok()
+        self._report_skips()
         return tuple(self._cap(events))
+
+    def _parse_lines(self, reader: LineReader, stacks: StackScanner) -> list[LogEvent]:
+        """The reference path, for readers that only hand over lines: every line looked at."""
+        events: list[LogEvent] = []
+        for raw in reader.read():
+            line = clean_line(raw)
+            events.extend(stacks.feed(line, reader.name))
+            if not line:
+                continue
+            self._tail.append(line[:_TAIL_LINE_CHARS])
+            events.extend(parse_text(line, reader.name, self._keep))
+        return events
+
+    def _report_skips(self) -> None:
+        """Fold the readers' drop/lag counters in; hand increases to on_skip; log now and then."""
+        for reader in self._readers:
+            for reason, attr in (("dropped", "dropped"), ("lag", "skipped")):
+                total = getattr(reader, attr, 0)
+                key = (id(reader), reason)
+                self.skipped[reason] += total - self._seen.get(key, 0)
+                self._seen[key] = total
+        new = {r: n - self._reported.get(r, 0) for r, n in self.skipped.items()}
+        if not any(new.values()):
+            return
+        self._reported = dict(self.skipped)
+        if self.on_skip is not None:
+            for reason, count in new.items():
+                if count > 0:
+                    self.on_skip(reason, count)
+        now = self._clock()
+        if now - self._last_report >= _REPORT_EVERY_S:
+            self._last_report = now
+            log.warning(
+                "log source fell behind: %d log lines not parsed so far (%s); the server "
+                "writes its log faster than the watchdog reads it",
+                sum(self.skipped.values()),
+                ", ".join(f"{r} {n}" for r, n in self.skipped.items() if n),
+            )
 
     def _held_bars(self, reader: LineReader) -> list[LogEvent]:
         """A progress bar left unterminated (a hung tqdm never redraws) is still the bar's
@@ -309,7 +309,7 @@ class LogSource:
             if not line or self._held.get(key) == line:
                 continue
             self._held[key] = line
-            event = parse_line(line, source=reader.name, patterns=self._patterns)
+            event = parse_line(line, source=reader.name)
             if event is not None and event.kind in _BAR_KINDS:
                 out.append(event)
         return out
@@ -324,6 +324,11 @@ class LogSource:
     def dropped_lines(self) -> int:
         """Lines the stream readers dropped because the loop fell behind."""
         return sum(getattr(r, "dropped", 0) for r in self._readers)
+
+    @property
+    def prefilter_engine(self) -> str:
+        """The prefilter's scanner: "hyperscan", "find" or "off"."""
+        return self._scanner.prefilter.engine
 
     def close(self) -> None:
         """Close every reader."""

@@ -110,6 +110,11 @@ class StackScanner:
             self._pending_pid[key] = (int(m.group("pid")), raw)
         return out
 
+    @property
+    def has_open(self) -> bool:
+        """Whether a dump is open (then every line must be fed; see start_keys)."""
+        return bool(self._open)
+
     def tick(self, source: str = "") -> list[LogEvent]:
         """Dumps that got no line since the previous tick have ended (a live log's last dump)."""
         out: list[LogEvent] = []
@@ -321,3 +326,19 @@ def scan_lines(lines: list[str], source: str = "") -> list[LogEvent]:
     for line in lines:
         out += scanner.feed(line, source)
     return out + scanner.flush(source)
+
+
+def start_keys() -> tuple[str, ...] | None:
+    """Literals one of which every line that can start a dump (or name SGLang's dump pid)
+    holds, from the patterns `_start` and `feed` try; None if one has no literal. While no dump
+    is open, a line holding none of them changes nothing, so the log source's prefilter may
+    skip it (watchdog/sources/logscan.py)."""
+    from watchdog.sources.prefilter import required_literals
+
+    keys: list[str] = ["#0 "]  # _start's guard before GDB_FRAME
+    for pattern in (PYSPY_PROCESS, PYSPY_THREAD, FH_THREAD, GDB_THREAD, TB_START, SGLANG_DUMP):
+        found = required_literals(pattern)
+        if not found:
+            return None
+        keys += found
+    return tuple(keys)

@@ -63,6 +63,7 @@ class _PidDump:
     fix: str | None = None
     native: bool = True
     native_failed: bool = False
+    deadline: float = 0.0  # monotonic: this pid's own deadline in the current phase
 
 
 class StackCapturer:
@@ -77,6 +78,7 @@ class StackCapturer:
         deadline_s: float = 10.0,
         second_after_s: float = 5.0,
         max_parallel: int = 8,
+        overall_s: float | None = None,
         runner: Runner = subprocess.Popen,
         proc_root: str = "/proc",
     ) -> None:
@@ -86,13 +88,17 @@ class StackCapturer:
         self._deadline_s = deadline_s
         self._second_after_s = second_after_s
         self._max_parallel = max(1, max_parallel)
+        # The whole capture (both dumps of every rank) ends by this; each pid also has its own
+        # deadline_s per phase, counted from when its dump starts, so a rank queued behind
+        # others (more ranks than max_parallel) gets its full time.
+        self._overall_s = overall_s if overall_s is not None else 2 * deadline_s + second_after_s
+        self._overall_deadline = 0.0
         self._runner = runner
         self._proc_root = proc_root
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._result: CaptureResult | None = None
         self._stop = threading.Event()
-        self._phase_deadline = 0.0
 
     def start(self, procs: Sequence[ProcInfo]) -> bool:
         """Begin a capture in a background thread; False if one is already running."""
@@ -145,17 +151,24 @@ class StackCapturer:
         targets = [p for p in procs if is_python_process(p.pid, self._proc_root)]
         if not targets:
             return _empty("error", "no Python processes in the server's tree to dump")
+        self._overall_deadline = time.monotonic() + self._overall_s
         dumps = [_PidDump(p, native=self._native) for p in targets]
         self._each(dumps, lambda d: self._first(exe, d))
         good = [d for d in dumps if d.kind == "ok"]
-        if good and self._second_after_s >= 0 and not self._stop.wait(self._second_after_s):
+        wait = min(self._second_after_s, self._overall_deadline - time.monotonic())
+        if good and wait >= 0 and self._second_after_s >= 0 and not self._stop.wait(wait):
             self._each(good, lambda d: self._second(exe, d))
         return _assemble(dumps)
 
     def _each(self, dumps: Sequence[_PidDump], work: Callable[[_PidDump], None]) -> None:
-        self._phase_deadline = time.monotonic() + self._deadline_s
+        """Every pid in parallel (at most max_parallel at once), each under its own deadline."""
+
+        def timed(d: _PidDump) -> None:
+            d.deadline = min(time.monotonic() + self._deadline_s, self._overall_deadline)
+            work(d)
+
         with ThreadPoolExecutor(max_workers=min(self._max_parallel, len(dumps))) as pool:
-            list(pool.map(work, dumps))
+            list(pool.map(timed, dumps))
 
     def _first(self, exe: str, d: _PidDump) -> None:
         ok = self._dump_json(exe, d, second=False)
@@ -166,13 +179,13 @@ class StackCapturer:
             d.text = self._dump_text(exe, d)
 
     def _second(self, exe: str, d: _PidDump) -> None:
-        later = _PidDump(d.proc, native=d.native)
+        later = _PidDump(d.proc, native=d.native, deadline=d.deadline)
         if self._dump_json(exe, later, second=True):
             d.threads = mark_unchanged(d.threads, later.threads)
             d.second_text = self._dump_text(exe, d)
 
     def _dump_json(self, exe: str, d: _PidDump, *, second: bool) -> bool:
-        rc, out, err = self._run(self._argv(exe, d, json_out=True))
+        rc, out, err = self._run(self._argv(exe, d, json_out=True), d.deadline)
         if rc is None:
             d.kind, d.error, d.fix = "timeout", "py-spy timed out", FIX_TIMEOUT
             return False
@@ -188,7 +201,7 @@ class StackCapturer:
         return True
 
     def _dump_text(self, exe: str, d: _PidDump) -> str | None:
-        rc, out, _ = self._run(self._argv(exe, d, json_out=False))
+        rc, out, _ = self._run(self._argv(exe, d, json_out=False), d.deadline)
         return out if rc == 0 else None
 
     def _argv(self, exe: str, d: _PidDump, *, json_out: bool) -> list[str]:
@@ -197,9 +210,9 @@ class StackCapturer:
         argv += ["--locals"] if self._locals else []
         return argv + (["--json"] if json_out else [])
 
-    def _run(self, argv: list[str]) -> tuple[int | None, str, str]:
-        """Run py-spy with the phase deadline; None as the status when it was killed."""
-        timeout = max(0.1, self._phase_deadline - time.monotonic())
+    def _run(self, argv: list[str], deadline: float) -> tuple[int | None, str, str]:
+        """Run py-spy until `deadline` (monotonic); None as the status when it was killed."""
+        timeout = max(0.1, deadline - time.monotonic())
         try:
             proc = self._runner(
                 argv,

@@ -1,0 +1,131 @@
+"""Daemon CPU and RSS against the floor process, and the curve over GPUs and ranks (prints
+numbers and ratios; asserts nothing).
+
+For each (GPUs, ranks) point: a healthy simulated vLLM serves on 127.0.0.1 with --gpus N
+(file GPU source) and --tp R (R worker processes), under light load; `hang-watchdog run`
+attaches to it at 1 Hz with every source on (file GPU source, its log, /metrics, the process
+tree, sockets, package facts). After a warm-up, the daemon's CPU time over --seconds and its
+RSS are read from /proc (psutil). The floor: an idle Python process that imports the same
+libraries and serves prometheus_client on 127.0.0.1.
+
+Run: flock /tmp/e2e.lock python3 benchmarks/bench_daemon.py [--seconds 20] [--points 8x1,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+FLOOR = (
+    "import time, httpx, psutil, pynvml, prometheus_client\n"
+    "import watchdog.commands.cli, watchdog.daemon.wiring, watchdog.core.classify\n"
+    "prometheus_client.start_http_server(0, addr='127.0.0.1')\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(3600)\n"
+)
+
+
+def measure(proc: psutil.Process, warmup: float, seconds: float) -> tuple[float, float]:
+    """(CPU share of one core, RSS MiB at the end) of a running process."""
+    time.sleep(warmup)
+    t0 = proc.cpu_times()
+    w0 = time.monotonic()
+    time.sleep(seconds)
+    t1 = proc.cpu_times()
+    cpu = max(0.0, t1.user + t1.system - t0.user - t0.system) / (time.monotonic() - w0)
+    return cpu, proc.memory_info().rss / 1048576
+
+
+def floor(warmup: float, seconds: float) -> tuple[float, float]:
+    proc = subprocess.Popen([sys.executable, "-c", FLOOR], stdout=subprocess.PIPE, env=ENV)
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        return measure(psutil.Process(proc.pid), warmup, seconds)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def start_sim(work: Path, gpus: int, ranks: int) -> tuple[subprocess.Popen[bytes], int]:
+    port_file = work / "port"
+    argv = [sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario", "healthy"]
+    argv += ["--mode", "serve", "--startup-s", "1", "--load", "2", "--workdir", str(work)]
+    argv += ["--gpus", str(gpus), "--tp", str(ranks), "--gpu-file", str(work / "gpu.jsonl")]
+    argv += ["--log-file", str(work / "sim.log"), "--port-file", str(port_file)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.monotonic() + 60
+    while not port_file.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    return proc, int(port_file.read_text())
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        kids = []
+    for p in [*kids, psutil.Process(proc.pid)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    proc.wait()
+    psutil.wait_procs(kids, timeout=10)
+
+
+def daemon_point(gpus: int, ranks: int, warmup: float, seconds: float) -> tuple[float, float]:
+    work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
+    sim, port = start_sim(work, gpus, ranks)
+    argv = [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid), "--no-cdn-default"]
+    argv += ["--vllm-url", f"http://127.0.0.1:{port}", "--gpu-source", f"file:{work / 'gpu.jsonl'}"]
+    argv += ["--log-file", str(work / "sim.log"), "--metrics-addr", "127.0.0.1:0"]
+    argv += ["--state-dir", str(work / "state")]
+    wd = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        return measure(psutil.Process(wd.pid), warmup, seconds)
+    finally:
+        wd.terminate()
+        try:
+            wd.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            wd.kill()
+            wd.wait()
+        kill_tree(sim)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0, help="measured span per point")
+    ap.add_argument("--warmup", type=float, default=8.0, help="seconds before measuring")
+    ap.add_argument(
+        "--points",
+        default="8x1,1x1,16x1,64x1,8x8,64x64",
+        help="GPUSxRANKS points; the first is the headline (8 GPUs, 1 Hz)",
+    )
+    args = ap.parse_args()
+    f_cpu, f_rss = floor(args.warmup, args.seconds)
+    print(f"floor process (imports + prometheus_client server): "
+          f"{f_cpu * 100:.2f} % of a core, {f_rss:.1f} MiB RSS")  # fmt: skip
+    print(f"{'GPUs':>5} {'ranks':>5} {'CPU % core':>11} {'RSS MiB':>8} {'CPU/floor':>10} "
+          f"{'RSS/floor':>10}")  # fmt: skip
+    for point in args.points.split(","):
+        gpus, ranks = (int(x) for x in point.split("x"))
+        cpu, rss = daemon_point(gpus, ranks, args.warmup, args.seconds)
+        ratio = cpu / max(f_cpu, 1e-4)  # the floor can read 0 at /proc's 10 ms resolution
+        print(f"{gpus:>5} {ranks:>5} {cpu * 100:>11.2f} {rss:>8.1f} {ratio:>10.1f} "
+              f"{rss / f_rss:>10.2f}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Blocks of log bytes into LogEvents: prefilter first, then parse only the lines that matter.
+
+The reference path (`parse_lines`: every line split, decoded, cleaned and parsed) and the
+block path (`BlockScanner.scan`) keep the same events; tests/test_logscan.py runs both over the
+same input and compares them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from watchdog.core.model import LogEvent
+from watchdog.sources.linesplit import Block, count_lines, split_records
+from watchdog.sources.logparse import clean_line, literal_keys, parse_line
+from watchdog.sources.prefilter import Prefilter, required_literals
+
+if TYPE_CHECKING:
+    from watchdog.sources.logstacks import StackScanner
+
+
+def prefilter_for(
+    keep: re.Pattern[str] | None, extra: Iterable[str] = (), *, hyperscan: bool = True
+) -> Prefilter:
+    """The prefilter for the parser's keys, the keep pattern's literals and `extra` keys."""
+    keep_keys = required_literals(keep)
+    if keep_keys is None:  # a keep rule without a literal: every line must be parsed
+        return Prefilter(None)
+    return Prefilter((*literal_keys(), *keep_keys, *extra), hyperscan=hyperscan)
+
+
+def parse_text(raw: str, source: str, keep: re.Pattern[str] | None) -> list[LogEvent]:
+    """The events of one decoded physical line (clean, split glued records, parse each)."""
+    line = clean_line(raw)
+    if not line:
+        return []
+    out = []
+    for record in split_records(line):
+        event = parse_line(record, source=source, keep=keep)
+        if event is not None:
+            out.append(event)
+    return out
+
+
+def parse_lines(lines: Iterable[str], source: str, keep: re.Pattern[str] | None) -> list[LogEvent]:
+    """The reference path: every line parsed, none skipped."""
+    return [ev for raw in lines for ev in parse_text(raw, source, keep)]
+
+
+class BlockScanner:
+    """Parses the candidate lines of each block, within a deadline the caller sets."""
+
+    def __init__(
+        self,
+        keep: re.Pattern[str] | None,
+        *,
+        prefilter: Prefilter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.keep = keep
+        self.prefilter = prefilter if prefilter is not None else prefilter_for(keep)
+        self._clock = clock
+
+    def scan(
+        self, block: Block, source: str, deadline: float = float("inf")
+    ) -> tuple[list[LogEvent], int]:
+        """(events, candidate lines left unparsed because the deadline passed)."""
+        events: list[LogEvent] = []
+        spans = self.prefilter.spans(block.data)
+        clock, keep = self._clock, self.keep
+        for i, (start, end) in enumerate(spans):
+            if i % 64 == 63 and clock() > deadline:
+                return events, len(spans) - i
+            events += parse_text(block.text(start, end), source, keep)
+        return events, 0
+
+
+def tail_lines(block: Block, n: int, width: int) -> list[str]:
+    """The last `n` non-empty cleaned lines of a block (cut to `width`), oldest first."""
+    out: list[str] = []
+    if n <= 0:
+        return out
+    for text in block.last_lines():
+        line = clean_line(text)
+        if line:
+            out.append(line[:width])
+            if len(out) >= n:
+                break
+    out.reverse()
+    return out
+
+
+class StackBlocks:
+    """The block path with stack dumps in the log (logstacks.StackScanner) kept exact.
+
+    While no dump is open, a line without a dump-start key changes nothing in the stack
+    scanner, so only parse candidates are visited; from a line with a start key until the dump
+    closes, every line is fed to the stack scanner, as the line path does. Events come out in
+    line order: a line's stack events, then its parsed events.
+    """
+
+    def __init__(
+        self, parser: BlockScanner, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        from watchdog.sources.logstacks import start_keys
+
+        self.parser = parser
+        keys = start_keys()
+        self.starts = Prefilter(keys) if keys is not None else Prefilter(None)
+        self._clock = clock
+
+    def scan(
+        self, block: Block, source: str, stacks: StackScanner, deadline: float = float("inf")
+    ) -> tuple[list[LogEvent], int]:
+        """(events, lines left unparsed because the deadline passed)."""
+        data = block.data
+        cands = self.parser.prefilter.spans(data)
+        starts = [s for s, _e in self.starts.spans(data)]
+        events: list[LogEvent] = []
+        ci = si = seen = 0
+        pos, end = 0, len(data)
+        keep, clock = self.parser.keep, self._clock
+        while pos < end:
+            seen += 1
+            if seen % 64 == 0 and clock() > deadline:
+                return events, count_lines(data[pos:])
+            if not stacks.has_open:
+                while si < len(starts) and starts[si] < pos:
+                    si += 1
+                next_start = starts[si] if si < len(starts) else end
+                while ci < len(cands) and cands[ci][0] < next_start:
+                    if ci % 64 == 63 and clock() > deadline:
+                        return events, count_lines(data[cands[ci][0] :])
+                    if cands[ci][0] >= pos:
+                        events += parse_text(block.text(*cands[ci]), source, keep)
+                    ci += 1
+                pos = next_start
+                if pos >= end:
+                    break
+            start, stop = _line_at(data, pos)
+            pos = _next_line(data, stop)
+            if stop == start:
+                continue
+            line = clean_line(block.text(start, stop))
+            events += stacks.feed(line, source)
+            while ci < len(cands) and cands[ci][0] < start:
+                ci += 1
+            if ci < len(cands) and cands[ci][0] == start:
+                events += parse_text(line, source, keep)
+                ci += 1
+        return events, 0
+
+
+def _line_at(data: bytes, pos: int) -> tuple[int, int]:
+    """(start, end) of the line starting at `pos` (`end` excludes its EOL)."""
+    nl = data.find(b"\n", pos)
+    limit = nl if nl >= 0 else len(data)
+    cr = data.find(b"\r", pos, limit)
+    return pos, cr if cr >= 0 else limit
+
+
+def _next_line(data: bytes, stop: int) -> int:
+    """Where the next line starts after a line ending at `stop` (past `\\n`, `\\r\\n`, `\\r`)."""
+    if data[stop : stop + 2] == b"\r\n":
+        return stop + 2
+    return stop + 1
