@@ -22,7 +22,7 @@ cdn_factory = simfixtures.cdn_factory
 pytestmark = pytest.mark.slow
 
 SHORT = ["--stall-after-s", "6", "--suspect-after-s", "3", "--stack-second-after-s", "1"]
-SHORT += ["--gpu-spin-for-s", "4", "--no-cdn-default", "--metrics-addr", "off"]
+SHORT += ["--gpu-spin-for-s", "4", "--no-cdn-default"]
 SGL = ["--engine", "sglang", "--mode", "serve", "--stats-interval", "1", "--health-timeout-s", "5"]
 
 
