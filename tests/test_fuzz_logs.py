@@ -60,7 +60,6 @@ def test_any_log_line_is_an_event_or_none(line: str) -> None:
     assert event is None or isinstance(event, LogEvent)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11.4: logparse.py's int()/float(); drop with the fix")
 def test_a_malformed_number_is_an_event_or_none() -> None:
     event = parse_line(clean_line("Graph capturing finished in . sec"), source="fuzz")
     assert event is None or isinstance(event, LogEvent)
@@ -85,21 +84,7 @@ HOSTILE = {
 }
 
 
-# Still quadratic in logparse.py's _BAR_NOTOTAL and _STATS patterns until the parser rework
-# (issue 11.1, owned with logparse.py) lands: strict, so the fix turns these into failures
-# that say to drop the marker.
-QUADRATIC_NOW = pytest.mark.xfail(
-    strict=True, reason="issue 11.1: logparse.py backtracks; remove this marker with the fix"
-)
-
-
-@pytest.mark.parametrize(
-    "shape",
-    [
-        pytest.param(s, marks=QUADRATIC_NOW) if s in ("bar_guard_then_words", "brackets") else s
-        for s in sorted(HOSTILE)
-    ],
-)
+@pytest.mark.parametrize("shape", sorted(HOSTILE))
 def test_hostile_lines_parse_in_linear_time(shape: str) -> None:
     make = HOSTILE[shape]
     ratio = growth(make, lambda line: parse_line(line), 200)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -171,3 +172,85 @@ def test_server_that_never_answers_fails_within_timeout(silent_port: int) -> Non
     assert sample.health_status is None
     # httpx's own default is 5 s; a generous bound that still proves our timeout was applied.
     assert elapsed < 4.0
+
+
+SGLANG_PAGE = """# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="unified",model_name="m",tp_rank="0"} 3.0
+sglang:num_queue_reqs{engine_type="unified",model_name="m",tp_rank="0"} 2.0
+# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{model_name="m"} 1200.0
+sglang:generation_tokens_total{model_name="m"} 345.0
+vllm:prompt_tokens_total{model_name="m"} 99.0
+"""
+
+
+def _sglang_ref() -> Any:
+    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.loader import load_engines
+
+    return EngineRef(load_engines(), forced="sglang")
+
+
+def test_sglang_metrics_and_health_read_through_its_profile(server: FakeVllm) -> None:
+    server.routes["/metrics"] = (200, SGLANG_PAGE)
+    server.routes["/health"] = (503, "")
+    src = ServerSource(server.url, engine=_sglang_ref())
+    s = src.poll()
+    src.close()
+    assert (s.prompt_tokens, s.generation_tokens, s.running, s.waiting) == (1200, 345, 3, 2)
+    assert s.iterations is None  # SGLang has no per-step counter
+    assert s.health_status == 503 and s.health_meaning == "not_generating"
+
+
+def test_vllm_503_stays_dead(server: FakeVllm) -> None:
+    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.loader import load_engines
+
+    server.routes["/metrics"] = (200, _text("vllm_metrics_serving.txt"))
+    server.routes["/health"] = (503, "")
+    src = ServerSource(server.url, engine=EngineRef(load_engines(), forced="vllm"))
+    s = src.poll()
+    src.close()
+    assert s.health_meaning == "dead" and s.prompt_tokens == 12480
+
+
+def test_trtllm_prometheus_path(server: FakeVllm) -> None:
+    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.loader import load_engines
+
+    # tensorrt_llm/metrics/collector.py names, served at /prometheus/metrics (openai_server.py)
+    server.routes["/prometheus/metrics"] = (
+        200,
+        'trtllm_generation_tokens_total{model_name="m",engine_type="trtllm"} 77.0\n'
+        'trtllm_num_requests_running{model_name="m",engine_type="trtllm"} 4.0\n',
+    )
+    server.routes["/health"] = (200, "")
+    src = ServerSource(server.url, engine=EngineRef(load_engines(), forced="trtllm"))
+    s = src.poll()
+    src.close()
+    assert s.up and (s.generation_tokens, s.running, s.health_meaning) == (77, 4, "ok")
+
+
+def test_huge_value_and_nan_are_skipped_not_raised() -> None:
+    # Issue 11.14: a 400-digit value raised OverflowError out of the parse.
+    page = (
+        "vllm:num_requests_running " + "9" * 400 + "\n"
+        "vllm:num_requests_waiting NaN\n"
+        'vllm:prompt_tokens_total{model_name="m"} 5\n'
+    )
+    s = parse_server_metrics(page)
+    assert s.up and s.running is None and s.waiting is None and s.prompt_tokens == 5
+
+
+def test_page_of_unrelated_series_is_read_fast_and_bounded() -> None:
+    # Issue 11.9: 300k unrelated series cost seconds of GIL-held parsing per scrape.
+    noise = "".join(f'other_metric{{id="{i}"}} {i}\n' for i in range(300_000))
+    many = "".join(f'vllm:prompt_tokens_total{{id="{i}"}} 1\n' for i in range(10_000))
+    start = time.perf_counter()
+    s = parse_server_metrics(noise + many)
+    took = time.perf_counter() - start
+    print(f"300k unrelated + 10k wanted series parsed in {took:.3f} s")
+    from watchdog.sources.server import MAX_SERIES
+
+    assert s.prompt_tokens == MAX_SERIES  # series beyond the bound are not summed

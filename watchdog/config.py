@@ -55,6 +55,12 @@ class Config:
         True, "also watch FlashInfer's default CDN edge.urm.nvidia.com (resolved in the background)"
     )
     signatures: list[str] = _f([], "operator signature files added to the built-in ones")
+    engine: str | None = _f(
+        None,
+        "force the engine profile (vllm, sglang, trtllm, or one from `engines`); default: "
+        "detected from the server's command line and process titles",
+    )
+    engines: list[str] = _f([], "operator engine profile files added to the shipped ones")
     # timing and thresholds
     tick_s: float = _f(1.0, "seconds between observations", lo=0.05)
     window_s: float = _f(

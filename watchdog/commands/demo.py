@@ -21,6 +21,8 @@ from typing import Any
 from watchdog.config import build_config
 from watchdog.outputs.emit import Emitter
 
+ENGINES = ("vllm", "sglang")
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
 # scenario -> (simulator mode, extra simulator args, expected signature or None for "no hang")
 SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
     "cubin_download_stall": ("bench", [], "cubin_download_stall"),
@@ -42,6 +44,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=sorted(SCENARIOS),
         default="cubin_download_stall",
         help="what the simulated vLLM does (default: cubin_download_stall)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="vllm",
+        help="simulate this engine (its log formats, metric names, /health and process titles)",
     )
     p.add_argument(
         "--workdir", metavar="DIR", help="keep the simulator's files and the incident here"
@@ -76,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     )
     work.mkdir(parents=True, exist_ok=True)
     mode, extra, expected = SCENARIOS[args.scenario]
+    if args.engine == "sglang":
+        # The SGLang simulator serves (`sglang serve`); its /health check waits 5 s, not 20.
+        mode, extra = "serve", [*extra, "--engine", "sglang", "--health-timeout-s", "5"]
     from watchdog.sim.cdn import start_cdn
 
     cdn_port, stop_cdn = start_cdn("blackhole")
@@ -83,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     sim = _start_sim(work, args.scenario, mode, extra, cdn_port)
     try:
         say(
-            f"[demo] simulated vLLM ({mode} mode, scenario {args.scenario}) "
+            f"[demo] simulated {ENGINE_TITLES[args.engine]} ({mode} mode, scenario "
+            f"{args.scenario}) "
             f"pid {sim.proc.pid}; files in {work}"
         )
         verdict, built = _watch(sim, work, cdn_port, expected, args)

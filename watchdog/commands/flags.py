@@ -23,7 +23,12 @@ EXIT_CODES = (
 SUPERVISE_EXIT = "\n  N  with `-- COMMAND`: the command's own exit code once it ends by itself"
 
 # Config keys whose flag name differs from the key, and keys with no flag of their own.
-FLAG_NAMES = {"log_files": "--log-file", "cdn_hosts": "--cdn-host", "signatures": "--signatures"}
+FLAG_NAMES = {
+    "log_files": "--log-file",
+    "cdn_hosts": "--cdn-host",
+    "signatures": "--signatures",
+    "engines": "--engines",
+}
 NO_FLAG = {"command", "fallback_overrides", "restart_command"}
 
 # Keys that only a long-running `run` uses: remediation, the idle canary, the exporter.

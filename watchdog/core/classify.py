@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
-from watchdog.core.model import Evidence, Verdict
+from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.ranks import Attribution, attribute, describe
 from watchdog.core.redact import redact_argv
@@ -53,10 +53,11 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     if matches:
         sig, conf, ev = max(matches, key=lambda m: (m[0].priority, m[1]))
         state = ("dead" if ctx.gone else "hung") if sig.state == "crash" else sig.state
+        text = sig.text_for(_engine(obs))
         return Verdict(
             state=state,
             signature=sig.id,
-            title=sig.title,
+            title=text.title,
             confidence=round(min(conf, 1.0), 3),
             # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
             evidence=tuple(ev)
@@ -65,11 +66,11 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             + (() if any(e.source == "gpu" for e in ev) else ctx.gpu_figures())
             + ctx.capture_problems(),
             priority=sig.priority,
-            fix=sig.fix,
-            commands=sig.commands,
+            fix=text.fix,
+            commands=text.commands,
             references=sig.references,
             fallback=sig.fallback,
-            reason=sig.title,
+            reason=text.title + _unknown_engine(obs),
             **common,  # type: ignore[arg-type]
         )
     stopped = None if ctx.gone else _stopped(window)
@@ -95,6 +96,8 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             + ctx.gpu_figures()
             + ctx.capture_problems()
         )
+    if state == "stalled":
+        reason += _unknown_engine(obs)
     return Verdict(
         state=state,
         reason=reason,
@@ -123,6 +126,21 @@ def _stopped(window: Window) -> str | None:
     title = " ".join(redact_argv((p.title or p.name).split()))
     title = title if len(title) <= 80 else title[:77] + "..."
     return f"pid {p.pid} ({title}) is stopped (state T){more}"
+
+
+def _engine(obs: Observation) -> str:
+    return obs.procs.engine if obs.procs is not None else ""
+
+
+def _unknown_engine(obs: Observation) -> str:
+    """What a verdict could not use when no engine profile matched the server."""
+    if _engine(obs) != "unknown":
+        return ""
+    return (
+        " (engine not recognised: watched with the generic signals only; missing the engine's "
+        "progress counters in /metrics, its stats lines in the log and its process roles; "
+        "give --engine or add a profile with --engines FILE)"
+    )
 
 
 def _ranks(ctx: Context) -> Attribution:

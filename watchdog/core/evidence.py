@@ -141,6 +141,10 @@ def _health(rule: Rule, ctx: Context) -> str | None:
     v = ctx.obs.server
     if v is None or v.health_status != rule.status:
         return None
+    # The engine profile says what the status means: an SGLang 503 ("not_generating": its
+    # one-token check got no answer) is a stall's evidence, not by itself a dead engine.
+    if v.health_meaning not in (None, "dead"):
+        return None
     answers = [
         o.server.health_status
         for o in ctx.window.last(4 * HEALTH_CONFIRM)

@@ -73,6 +73,9 @@ class ServerSample:
 
     up: bool  # /metrics answered and parsed
     health_status: int | None = None  # HTTP status of /health; None when it did not answer
+    # What the engine profile says that status means: "ok", "dead", "starting",
+    # "not_generating" (SGLang's one-token /health check got no answer); None when undeclared.
+    health_meaning: str | None = None
     iterations: float | None = None  # vllm:iteration_tokens_total_count (one per engine step)
     prompt_tokens: float | None = None  # vllm:prompt_tokens_total
     generation_tokens: float | None = None  # vllm:generation_tokens_total
@@ -105,6 +108,7 @@ class ProcSnapshot:
     procs: tuple[ProcInfo, ...] = ()
     compilers: tuple[str, ...] = ()  # names of live compiler children: nvcc, ninja, cicc, ptxas
     restarted: bool = False  # the target came back under a new PID this tick
+    engine: str = ""  # engine profile in force ("unknown": generic signals only; "": not known)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,15 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class EngineText:
+    """How one engine's operators are told about a signature."""
+
+    title: str = ""
+    fix: str = ""
+    commands: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Signature:
     """A known hang: what it looks like (rules) and what to do (fix, fallback)."""
 
@@ -70,6 +79,18 @@ class Signature:
     evidence: tuple[Rule, ...]
     unless: tuple[Rule, ...] = ()
     origin: str = ""
+    # Per-engine wording (`[signature.engine.NAME]`): title, fix and commands as that engine
+    # spells them; the cause and its evidence stay engine-neutral.
+    engines: Mapping[str, EngineText] = field(default_factory=dict)
+
+    def text_for(self, engine: str) -> EngineText:
+        """The title/fix/commands for `engine`, falling back to the signature's own."""
+        own = self.engines.get(engine)
+        return EngineText(
+            title=own.title if own and own.title else self.title,
+            fix=own.fix if own and own.fix else self.fix,
+            commands=own.commands if own and own.commands else self.commands,
+        )
 
     @property
     def decisive_log_rules(self) -> tuple[Rule, ...]:

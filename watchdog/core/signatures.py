@@ -36,6 +36,7 @@ from watchdog.core.sigmodel import (  # noqa: F401 - re-exported: the public nam
     VERDICT_STATES,
     WHEN,
     Benign,
+    EngineText,
     Fallback,
     KnownBad,
     Rule,
@@ -159,6 +160,7 @@ _SIG_KEYS = {
     "references",
     "evidence",
     "unless",
+    "engine",
 }
 _RULE_KEYS = {
     "kind",
@@ -178,6 +180,22 @@ _RULE_KEYS = {
     "not_equals",
     "status",
 }
+
+
+def _engine_texts(tables: dict[str, Any], where: str) -> dict[str, EngineText]:
+    """`[signature.engine.NAME]`: per-engine title, fix and commands."""
+    out = {}
+    for name, body in tables.items():
+        w = f"{where}: engine.{name}"
+        if not isinstance(body, dict):
+            raise SignatureError(f"{w}: must be a table")
+        check_keys(body, {"title", "fix", "commands"}, w)
+        out[name] = EngineText(
+            title=get(body, "title", str, w, ""),
+            fix=get(body, "fix", str, w, ""),
+            commands=tuple(strs(body, "commands", w)),
+        )
+    return out
 
 
 def _signature(e: Any, where: str, origin: str) -> Signature:
@@ -213,6 +231,7 @@ def _signature(e: Any, where: str, origin: str) -> Signature:
         commands=tuple(strs(e, "commands", where)),
         references=tuple(strs(e, "references", where)),
         evidence=evidence,
+        engines=_engine_texts(table(e, "engine", where), where),
         unless=tuple(
             _rule(r, f"{where}: unless[{i}]") for i, r in enumerate(array(e, "unless", where))
         ),

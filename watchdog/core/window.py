@@ -47,6 +47,10 @@ class Progress:
     target_pid: int | None = None
     restarted_t: float | None = None  # evidence from before this belongs to the old server
     canary_since: float | None = None  # an idle-canary request got no answer; sent at this time
+    # An engine whose /health runs a generation (SGLang) answered "not generating" after it had
+    # answered 200 before: its own probe request is work pending with no answer.
+    health_ok_seen: bool = False
+    health_stall: bool = False
 
 
 class Window:
@@ -166,6 +170,10 @@ class Window:
             p.stats_pending = running + waiting > 0
             if float(f.get("prompt_tps") or 0) > 0 or float(f.get("gen_tps") or 0) > 0:
                 self._advance(t, "throughput in the stats line")
+            elif f.get("stepped"):
+                # Engines that log a line per finished batch (SGLang's Prefill/Decode batch,
+                # TensorRT-LLM's iteration line): the line itself is a step.
+                self._advance(t, "a batch finished (stats line)")
         elif ev.kind == "canary":
             # A request the watchdog sent itself: unanswered, it is work pending since it was sent.
             if f.get("timed_out"):
@@ -189,6 +197,10 @@ class Window:
             p.counters[name] = value  # a drop means a restart: the new value is the new baseline
         if v.running is not None or v.waiting is not None:
             p.metrics_pending = (v.running or 0) + (v.waiting or 0) > 0
+        if v.health_status == 200:
+            p.health_ok_seen = True
+        # Before the first 200 it is SGLang's warm-up (ServerStatus.Starting), not a stall.
+        p.health_stall = v.health_meaning == "not_generating" and p.health_ok_seen
         # vLLM's API server answers only once the engine is up, so /health 200 means ready even
         # when the watchdog attached after the startup lines went by.
         served = (p.counters.get("iterations") or 0) > 0 or v.health_status == 200
@@ -214,6 +226,8 @@ class Window:
         # /metrics can read running=0 during a hang (vllm #46811), so the stats line counts too.
         if not why and p.stats_pending:
             why = "requests running or waiting (stats line)"
+        if not why and p.health_stall:
+            why = "/health's one-token generation got no answer (503)"
         since = t
         if not why and p.canary_since is not None:
             why, since = "a canary request got no answer", p.canary_since

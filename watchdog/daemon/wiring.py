@@ -34,6 +34,7 @@ class Built:
     episodes: Any = None  # EpisodeHook
     stdin: Any = None  # the StreamReader of `--log-file -`: its EOF means the pipe closed
     extras: list[Any] = field(default_factory=list)
+    engine: Any = None  # EngineRef: the engine profile in force (forced or detected)
 
     def close(self) -> None:
         self.daemon.close()
@@ -46,13 +47,14 @@ def build(
 ) -> Built:
     """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
     sigs = sigs or load_signatures(cfg.signatures)
+    engine = _engine(cfg)
     supervisor = Supervisor(cfg.command, death_pattern=_death(sigs)) if cfg.command else None
-    logs, stdin = _logs(cfg, sigs, supervisor)
+    logs, stdin = _logs(cfg, sigs, supervisor, engine)
     sources = Sources(
         gpu=_gpu(cfg),
         logs=logs,
-        server=_server(cfg),
-        procs=_procs(cfg, supervisor),
+        server=_server(cfg, engine),
+        procs=_procs(cfg, supervisor, engine),
         facts=_facts(cfg),
     )
     if sources.procs is not None:
@@ -62,8 +64,10 @@ def build(
     if emitter.remediation is None:  # the verdict block says what --remediate does about it
         from watchdog.remediation.describe import remediation_note
 
-        emitter.remediation = lambda v: remediation_note(cfg, sigs, v, daemon.window.progress.facts)
-    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin)
+        emitter.remediation = lambda v: remediation_note(
+            cfg, sigs, v, daemon.window.progress.facts, engine=engine.profile
+        )
+    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin, engine=engine)
     _metrics(cfg, sigs, built)
     _episodes(cfg, built)
     _remediation(cfg, sigs, built)
@@ -91,8 +95,26 @@ def _gpu(cfg: Config) -> Any:
         raise ConfigError(f"key 'gpu_source': {exc}") from exc
 
 
-def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> tuple[Any, Any]:
+def _engine(cfg: Config) -> Any:
+    """The engine profiles (shipped + --engines files) and the one forced by --engine."""
+    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.loader import EngineError, load_engines
+
+    try:
+        engines = load_engines(cfg.engines)
+    except EngineError as exc:
+        raise ConfigError(f"key 'engines': {exc}") from exc
+    try:
+        return EngineRef(engines, cfg.engine)
+    except ValueError as exc:
+        raise ConfigError(f"key 'engine': {exc}") from exc
+
+
+def _logs(
+    cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any
+) -> tuple[Any, Any]:
     """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
+    from watchdog.sources.logparse import LogPatterns, use_patterns
     from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
@@ -111,21 +133,22 @@ def _logs(cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None) -> tup
         readers.append(supervisor.reader())
     if not readers:
         return None, None
+    use_patterns(LogPatterns.from_engines(engine.engines))  # operator profiles' lines too
     return LogSource(readers, keep=sigs.log_keep_pattern()), stdin
 
 
-def _server(cfg: Config) -> Any:
+def _server(cfg: Config, engine: Any) -> Any:
     if not cfg.vllm_url:
         return None
     from watchdog.sources.server import ServerSource
 
     try:
-        return ServerSource(cfg.vllm_url)
+        return ServerSource(cfg.vllm_url, engine=engine)
     except ValueError as exc:
         raise ConfigError(f"key 'vllm_url': {exc}") from exc
 
 
-def _procs(cfg: Config, supervisor: Supervisor | None) -> Any:
+def _procs(cfg: Config, supervisor: Supervisor | None, engine: Any) -> Any:
     from watchdog.sources import procs
 
     try:
@@ -141,7 +164,7 @@ def _procs(cfg: Config, supervisor: Supervisor | None) -> Any:
             return None
     except (ValueError, re.error) as exc:
         raise ConfigError(f"target: {exc}") from exc
-    return procs.ProcSource(finder)
+    return procs.ProcSource(finder, engine=engine)
 
 
 def _conns(cfg: Config) -> Any:

@@ -66,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "watchdog's lookup, beside its Python and then on PATH)",
     )
     parser.add_argument(
+        "--engine",
+        choices=("vllm", "sglang", "trtllm"),
+        default="vllm",
+        help="the server's engine: its package and attention-backend arguments are checked "
+        "(sglang: --attention-backend and the cubin path it would take)",
+    )
+    parser.add_argument(
         "--gpu-source",
         choices=("nvml", "none"),
         default="nvml",
@@ -95,6 +102,7 @@ def options_from_args(args: argparse.Namespace) -> PreflightOptions:
         incident_dir=Path(args.incident_dir) if args.incident_dir else None,
         gpu_source=args.gpu_source,
         pyspy=args.pyspy or None,
+        engine=getattr(args, "engine", "vllm") or "vllm",
     )
 
 

@@ -17,9 +17,14 @@ KnownBadLike = KnownBad
 
 
 def check_versions(
-    versions: Mapping[str, str | None] | None, error: str | None, python: str | None
+    versions: Mapping[str, str | None] | None,
+    error: str | None,
+    python: str | None,
+    *,
+    package: str = "vllm",
+    title: str = "vLLM",
 ) -> CheckResult:
-    """The server environment's vLLM, FlashInfer, flashinfer-cubin, jit-cache and torch."""
+    """The server environment's engine, FlashInfer, flashinfer-cubin, jit-cache and torch."""
     if versions is None:
         return failed(
             "versions",
@@ -28,11 +33,11 @@ def check_versions(
         )
     shown = ", ".join(f"{k} {v or '-'}" for k, v in versions.items())
     details = {"python": python, "packages": dict(versions)}
-    if not versions.get("vllm"):
+    if not versions.get(package):
         return warned(
             "versions",
-            f"vLLM is not installed in {python}: {shown}",
-            ["pass --python with the interpreter that runs `vllm serve`"],
+            f"{title} is not installed in {python}: {shown}",
+            [f"pass --python with the interpreter that runs the {title} server"],
             **details,
         )
     return passed("versions", f"{python}: {shown}", **details)

@@ -11,8 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from watchdog.engines.loader import load_engines
+from watchdog.engines.profile import EngineProfile
 from watchdog.preflight import (
     checks_cubins,
+    checks_engine,
     checks_fabric,
     checks_toolchain,
     checks_versions,
@@ -45,6 +48,7 @@ class PreflightOptions:
     # lookup, beside this Python and then on PATH.
     pyspy: str | None = None
     disk_usage: checks_watchdog.DiskUsage = shutil.disk_usage
+    engine: str = "vllm"  # the engine profile whose server arguments and packages are checked
 
 
 def resolve_python(opts: PreflightOptions) -> str | None:
@@ -89,16 +93,28 @@ def run_checks(
     """Run all checks; never raises for anything the host does."""
     inv: GpuInventory = collect_gpus(backend, opts.timeout_s, opts.gpu_source)
     python = resolve_python(opts)
+    profile = _profile(opts.engine)
+    package, title = (profile.version_package, profile.title) if profile else ("vllm", "vLLM")
     kerr = None
     if known_bad is None:
         known_bad, kerr = load_known_bad()
-    all_versions, verr = read_versions(opts, python, [kb.package for kb in known_bad])
-    # The version report shows the usual packages; known-bad entries see every one read.
-    versions = None if all_versions is None else {k: all_versions.get(k) for k in PACKAGES}
-    results = [check_gpus(inv), checks_versions.check_versions(versions, verr, python)]
+    all_versions, verr = read_versions(opts, python, [package, *(kb.package for kb in known_bad)])
+    # The version report shows the usual packages (and the engine's); known-bad entries see
+    # every one read.
+    shown = (*PACKAGES, package) if package not in PACKAGES else tuple(PACKAGES)
+    versions = None if all_versions is None else {k: all_versions.get(k) for k in shown}
+    results = [
+        check_gpus(inv),
+        checks_versions.check_versions(versions, verr, python, package=package, title=title),
+    ]
     if kerr:
         results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
-    trtllm = trtllm_attention(opts.server_args, opts.environ)
+    if profile is not None and profile.attention_flags:
+        trtllm = profile.trtllm_attention(opts.server_args)
+        attention = checks_engine.check_attention_path(profile, opts.server_args, inv, versions)
+        results += [attention] if attention is not None else []
+    else:
+        trtllm = trtllm_attention(opts.server_args, opts.environ)
     results += checks_versions.check_known_bad(known_bad, all_versions, inv, trtllm)
     results += _toolchain(opts, inv, versions)
     results += _cubins(opts, versions)
@@ -108,6 +124,13 @@ def run_checks(
     ]
     results += _watchdog(opts, inv, versions)
     return results
+
+
+def _profile(name: str) -> EngineProfile | None:
+    """The shipped profile named `name` (None for vLLM's built-in checks)."""
+    if name == "vllm":
+        return None
+    return load_engines().get(name)
 
 
 def _toolchain(

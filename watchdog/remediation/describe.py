@@ -15,13 +15,20 @@ from watchdog.remediation.plan import PlanError, make_plan
 
 
 def remediation_note(
-    cfg: Config, sigs: SignatureSet, verdict: Verdict, facts: Mapping[str, Any]
+    cfg: Config,
+    sigs: SignatureSet,
+    verdict: Verdict,
+    facts: Mapping[str, Any],
+    engine: Any = None,
 ) -> str:
-    """`off; with --remediate it would restart with fallback X: ARGS`, or '' for no plan."""
+    """`off; with --remediate it would restart with fallback X: ARGS`, or '' for no plan.
+
+    `engine` is the engine profile in force: the fallback is spelled as that engine takes it.
+    """
     if not verdict.is_hang:
         return ""
     try:
-        plan = make_plan(verdict, sigs, facts, cfg.fallback_overrides)
+        plan = make_plan(verdict, sigs, facts, cfg.fallback_overrides, engine=engine)
     except PlanError as exc:
         return f"no plan: {exc}"
     if plan is None:

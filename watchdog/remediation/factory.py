@@ -80,6 +80,7 @@ def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
         episodes=built.episodes,
         busy=busy,
         canary=canary,
+        engine=getattr(built, "engine", None),
     )
 
 

@@ -41,7 +41,9 @@ class RemediationHook:
         busy: Callable[[bool], None] = lambda on: None,
         canary: CanaryHook | None = None,
         wall: Callable[[], float] | None = None,
+        engine: Any = None,
     ) -> None:
+        self.engine = engine  # EngineRef: whose spelling of each fallback to use
         self.cfg, self.sigs, self.restarter, self.store = cfg, sigs, restarter, store
         self.metrics, self.episodes, self.busy, self.canary, self.wall = (
             metrics,
@@ -90,6 +92,7 @@ class RemediationHook:
                 daemon.window.progress.facts,
                 self.cfg.fallback_overrides,
                 self.state.active,
+                engine=self.engine.profile if self.engine is not None else None,
             )
         except PlanError as exc:
             self._handled = key

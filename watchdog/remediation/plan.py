@@ -14,6 +14,7 @@ from typing import Any
 
 from watchdog.core.model import Verdict
 from watchdog.core.signatures import Fallback, SignatureSet
+from watchdog.engines.profile import EngineProfile
 
 # Values written to an EnvironmentFile that a shell entrypoint may source (kubernetes shape):
 # only characters that need no quoting in sh or systemd, so data cannot inject commands.
@@ -115,21 +116,42 @@ def resolve(fb: Fallback, vllm_version: str | None) -> tuple[tuple[str, ...], di
     return (), env, f"vLLM {vllm_version} < {fb.args_since_vllm}: environment variable"
 
 
+def resolve_for(
+    fb: Fallback, engine: EngineProfile | None, facts: Mapping[str, Any]
+) -> tuple[tuple[str, ...], dict[str, str], str]:
+    """(args, env, how): the engine profile's spelling of the fallback, else the shipped one.
+
+    The [fallback.*] tables are spelled for vLLM (flag or environment by vLLM version); an
+    engine profile's `[engine.fallback.NAME]` replaces them for that engine.
+    """
+    spelling = engine.fallbacks.get(fb.name) if engine is not None else None
+    if spelling is not None and engine is not None:
+        how = f"{engine.title} spelling" + (f": {spelling.note}" if spelling.note else "")
+        return tuple(spelling.args), dict(spelling.env), how
+    if engine is not None and engine.name not in ("vllm", "unknown") and (fb.args or fb.legacy_env):
+        raise PlanError(
+            f"fallback {fb.name} has no spelling for {engine.title}; add "
+            f"[engine.fallback.{fb.name}] to its engine profile (--engines FILE)"
+        )
+    version = facts.get("vllm")
+    return resolve(fb, str(version) if version else None)
+
+
 def make_plan(
     verdict: Verdict,
     sigs: SignatureSet,
     facts: Mapping[str, Any],
     overrides: Mapping[str, str],
     active: Mapping[str, Any] | None = None,
+    engine: EngineProfile | None = None,
 ) -> Plan | None:
     """The plan for a hang verdict, merged with the fallback already active; None if none."""
     fb = choose_fallback(verdict, sigs, overrides)
     if fb is None or verdict.signature is None:
         return None
-    version = facts.get("vllm")
-    args, env, how = resolve(fb, str(version) if version else None)
+    args, env, how = resolve_for(fb, engine, facts)
     names: list[str] = list((active or {}).get("fallbacks") or [])
-    if fb.restart and (fb.args or fb.env or fb.legacy_env) and fb.name not in names:
+    if fb.restart and (args or env or fb.args or fb.env or fb.legacy_env) and fb.name not in names:
         names.append(fb.name)
     merged_args = [a for a in (active or {}).get("args") or [] if a not in args] + list(args)
     merged_env = {**dict((active or {}).get("env") or {}), **env}

@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from watchdog.sim.config import SimConfig
 from watchdog.sim.link import EngineLink
 from watchdog.sim.output import Console
+from watchdog.sim.sglang import decode_line, health_failed_line
 
 PROC = "APIServer"
 COMPLETION_WAIT_S = 600.0  # a hung engine never answers; the client's timeout ends the wait
@@ -95,9 +96,15 @@ class ApiServer:
         self.link = link
         self.pid = os.getpid()
         self.inflight = 0
+        self.gen_tps = 0.0
         self._lock = threading.Lock()
         self.registry = CollectorRegistry()
-        self.registry.register(VllmCollector(self))
+        if cfg.engine == "sglang":
+            from watchdog.sim.sglang import SglangCollector
+
+            self.registry.register(SglangCollector(self))
+        else:
+            self.registry.register(VllmCollector(self))
         handler = type("Handler", (SimHandler,), {"api": self})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", cfg.port), handler, bind_and_activate=False)
         self.httpd.daemon_threads = True
@@ -109,7 +116,11 @@ class ApiServer:
         self.con.vllm(PROC, self.pid, level, where, msg)
 
     def uvicorn(self, msg: str) -> None:
-        """Uvicorn's own lines under vLLM's prefix, e.g. `(APIServer pid=48) INFO:     ...`."""
+        """Uvicorn's own lines under vLLM's prefix, e.g. `(APIServer pid=48) INFO:     ...`
+        (under SGLang's `[time] INFO:     ...`, as in sgl-project/sglang PR #22166's log)."""
+        if self.cfg.engine == "sglang":
+            self.con.sglang(f"INFO:     {msg}")
+            return
         self.con.line(f"({PROC} pid={self.pid}) INFO:     {msg}")
 
     def serve(self) -> None:
@@ -121,13 +132,55 @@ class ApiServer:
         self.uvicorn("Waiting for application startup.")
         self.uvicorn("Application startup complete.")
         threading.Thread(target=self.watch_engine, name="engine-watch", daemon=True).start()
-        self.stats_loop()
+        if self.cfg.engine == "sglang":
+            # srt/entrypoints/http_server.py _wait_and_warmup, after the warm-up request
+            self.con.sglang("The server is fired up and ready to roll!")
+            self.sglang_stats_loop()
+        else:
+            self.stats_loop()
 
     def watch_engine(self) -> None:
         """Print the API side of an engine death (EngineDeadError) when the engine goes away."""
-        if self.link.wait_for("dead"):
-            for line in DEAD_TRACE:
-                self.log(line, "ERROR", "async_llm.py:480")
+        if not self.link.wait_for("dead"):
+            return
+        if self.cfg.engine == "sglang":
+            # The launcher is SIGQUIT by the dying scheduler and kills the whole tree.
+            from watchdog.sim.sglang import SIGQUIT_LINE
+
+            self.con.sglang(SIGQUIT_LINE)
+            self.link.stop()
+            os._exit(1)
+        for line in DEAD_TRACE:
+            self.log(line, "ERROR", "async_llm.py:480")
+
+    def sglang_stats_loop(self) -> None:
+        """`Decode batch, ...` after decode steps (never for a batch that does not return)."""
+        prev = self.link.state.gen_tokens
+        while True:
+            time.sleep(self.cfg.stats_interval)
+            st = self.link.state
+            self.gen_tps = (st.gen_tokens - prev) / self.cfg.stats_interval
+            if st.gen_tokens > prev:
+                running = st.running + self.inflight
+                line = decode_line(running, st.waiting, self.gen_tps, st.prompt_tokens)
+                self.con.sglang(line)
+            prev = st.gen_tokens
+
+    def sglang_health(self) -> int:
+        """health_generate: 200 once any output arrives within the timeout, else 503."""
+        st = self.link.state
+        if st.dead or not st.ready:
+            return 503
+        tic, start = time.time(), st.iterations
+        with self.link.changed:
+            moved = self.link.changed.wait_for(
+                lambda: self.link.state.iterations > start or self.link.state.dead,
+                self.cfg.health_timeout_s,
+            )
+        if moved and not self.link.state.dead:
+            return 200
+        self.con.sglang(health_failed_line(self.cfg.health_timeout_s, tic, tic))
+        return 503
 
     def stats_loop(self) -> None:
         """`Engine 000:` every interval; demoted (silent) after two zero intervals, like vLLM."""
@@ -224,7 +277,9 @@ class SimHandler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server naming)
         """GET /health, /metrics, /v1/models."""
         api = self.api
-        if self.path == "/health":
+        if self.path in ("/health", "/health_generate") and api.cfg.engine == "sglang":
+            self.send(api.sglang_health(), b"")
+        elif self.path == "/health":
             self.send(503 if api.link.state.dead else 200, b"")
         elif self.path == "/metrics":
             self.send(200, generate_latest(api.registry), "text/plain; version=0.0.4")

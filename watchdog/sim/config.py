@@ -22,7 +22,15 @@ SCENARIOS = (
 )
 ROLE_API = "api"
 ROLE_ENGINE = "VLLM::EngineCore"
+ENGINES = ("vllm", "sglang")
+# SGLang's scheduler and detokenizer titles (srt/managers/scheduler.py configure_scheduler_process,
+# srt/managers/detokenizer_manager.py; sglang 0.5.23): no suffix at TP=1.
+ROLE_SGLANG_SCHEDULER = "sglang::scheduler"
+ROLE_SGLANG_DETOKENIZER = "sglang::detokenizer"
 FALLBACK_FLAG = "--attention-config.use_trtllm_attention"
+# SGLang: --attention-backend (srt/arg_groups/fields/exec_.py); trtllm_mha is its SM100/SM103
+# default, any other backend avoids FlashInfer's TRTLLM-gen kernels and their cubins.
+SGLANG_BACKEND_FLAG = "--attention-backend"
 FALSE_WORDS = ("0", "false", "False", "no")
 
 
@@ -57,7 +65,14 @@ class SimConfig:
     model: str = "sim/Llama-3.1-8B-Instruct"
     status_fd: int = -1
     trtllm_disabled: bool = False
+    engine: str = "vllm"
+    health_timeout_s: float = 20.0
     argv: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def engine_role(self) -> str:
+        """The title of the process that steps the batch for this engine."""
+        return ROLE_SGLANG_SCHEDULER if self.engine == "sglang" else ROLE_ENGINE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -98,6 +113,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workdir", help="scratch directory (default: a new temp dir)")
     p.add_argument("--model", default="sim/Llama-3.1-8B-Instruct")
     p.add_argument("--api-key", help="accepted like vLLM's (a secret on the command line)")
+    p.add_argument(
+        "--engine", choices=ENGINES, default="vllm", help="whose formats, metrics and titles"
+    )
+    p.add_argument(
+        "--health-timeout-s", type=float, default=20.0,
+        help="sglang: seconds /health waits for a generation (SGLANG_HEALTH_CHECK_TIMEOUT)",
+    )  # fmt: skip
     return p
 
 
@@ -109,12 +131,26 @@ def trtllm_disabled(extra: Sequence[str], env: Mapping[str, str]) -> bool:
     """
     if env.get("VLLM_USE_TRTLLM_ATTENTION", "").strip() in FALSE_WORDS:
         return True
+    backend = _flag_value(extra, SGLANG_BACKEND_FLAG)
+    if backend is not None:
+        return backend != "trtllm_mha"
     for i, arg in enumerate(extra):
         if arg.startswith(FALLBACK_FLAG + "="):
             return arg.split("=", 1)[1] in FALSE_WORDS
         if arg == FALLBACK_FLAG and i + 1 < len(extra):
             return extra[i + 1] in FALSE_WORDS
     return False
+
+
+def _flag_value(extra: Sequence[str], flag: str) -> str | None:
+    """The last value of `--flag X` or `--flag=X` (argparse's last-wins rule)."""
+    value = None
+    for i, arg in enumerate(extra):
+        if arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+        elif arg == flag and i + 1 < len(extra):
+            value = extra[i + 1]
+    return value
 
 
 def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimConfig:
@@ -126,5 +162,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimConfi
         if getattr(ns, name) < low:
             flag = "--" + name.replace("_", "-")
             _parser().error(f"{flag} must be >= {low} (got {getattr(ns, name)})")
+    if ns.engine == "sglang" and (ns.tp > 1 or ns.mode != "serve"):
+        _parser().error("--engine sglang is simulated with --tp 1 in serve mode only")
     values = {k: v for k, v in vars(ns).items() if k in SimConfig.__dataclass_fields__}
     return SimConfig(**values, trtllm_disabled=trtllm_disabled(extra, env), argv=tuple(argv))

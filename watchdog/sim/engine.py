@@ -9,6 +9,7 @@ main thread where a real engine parks: in `download_file` (cubin_download_stall)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import time
 from typing import IO, Any
 
 from watchdog.sim import sysutil
-from watchdog.sim.config import ROLE_ENGINE, SimConfig
+from watchdog.sim.config import SimConfig
 from watchdog.sim.flashinfer.jit import cubin_loader
 from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.output import Console
@@ -82,7 +83,12 @@ class Engine:
                 self.cfg.gpu_file, self.cfg.gpus, self.gpu_pids, self.cfg.gpu_name, self.cfg.cc
             )
             self.gpu.start()
-        Startup(self.cfg, self.con, PROC, workdir).run()
+        if self.cfg.engine == "sglang":
+            from watchdog.sim.sglang import SglangStartup
+
+            SglangStartup(self.cfg, self.con, PROC, workdir).run()
+        else:
+            Startup(self.cfg, self.con, PROC, workdir).run()
         self.report("ready")
         return self.serve_scenario()
 
@@ -127,6 +133,10 @@ class Engine:
     def fetch_cubins(self) -> None:
         """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
         cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
+        if self.cfg.engine == "sglang":
+            # srt/utils/common.py configure_logger: flashinfer.jit's logger set to ERROR, so
+            # no `Fetching ...` line ever appears under SGLang.
+            cubin_loader.logger.setLevel(logging.ERROR)
         for name in CUBINS:
             cubin_loader.get_cubin_callback(name.encode(), b"", timeout=self.cfg.cdn_timeout)
 
@@ -170,8 +180,14 @@ class Engine:
 
     def die(self) -> int:
         """Print the fatal-error lines (e_svd348 / vLLM core.py) and exit like a dead engine."""
-        for line in FATAL_TRACE:
-            self.log("ERROR", "core.py:1361", line)
+        if self.cfg.engine == "sglang":
+            from watchdog.sim.sglang import SCHEDULER_TRACE
+
+            for line in SCHEDULER_TRACE:
+                self.con.sglang(line)
+        else:
+            for line in FATAL_TRACE:
+                self.log("ERROR", "core.py:1361", line)
         self.set_gpu("gone")
         self.report("dead")
         return 1
@@ -207,12 +223,21 @@ class Engine:
 
 def run_engine(cfg: SimConfig, console: Console) -> int:
     """Entry point of the EngineCore role."""
-    sysutil.set_title(ROLE_ENGINE)
+    sysutil.set_title(cfg.engine_role)
     sysutil.die_with_parent()
     status = os.fdopen(cfg.status_fd, "w") if cfg.status_fd >= 0 else None
     engine = Engine(cfg, console, status)
     signal.signal(signal.SIGTERM, engine.shutdown)
     return engine.run()
+
+
+def run_idle_child(title: str) -> int:
+    """A titled child that only lives as long as its parent (SGLang's detokenizer)."""
+    sysutil.set_title(title)
+    sysutil.die_with_parent()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    while True:
+        time.sleep(3600)
 
 
 def collective_rpc() -> None:

@@ -35,17 +35,19 @@ class EngineState:
 class EngineLink:
     """Owns the engine child process and the thread that reads its status lines."""
 
-    def __init__(self, argv: Sequence[str]) -> None:
+    def __init__(self, argv: Sequence[str], role: str = ROLE_ENGINE) -> None:
         self._argv = [a for a in argv]
+        self._role = role
         self.state = EngineState()
         self.changed = threading.Condition()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.children: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         """Spawn `python -m watchdog.sim.vllm_sim ... --role VLLM::EngineCore`."""
         read_fd, write_fd = os.pipe()
         cmd = [sys.executable, "-m", "watchdog.sim.vllm_sim", *self._argv]
-        cmd += ["--role", ROLE_ENGINE, "--status-fd", str(write_fd)]
+        cmd += ["--role", self._role, "--status-fd", str(write_fd)]
         self.proc = subprocess.Popen(cmd, pass_fds=(write_fd,))
         os.close(write_fd)
         reader = threading.Thread(target=self._read, args=(read_fd,), name="engine-status")
@@ -88,8 +90,15 @@ class EngineLink:
             )
             return bool(getattr(self.state, predicate))
 
+    def spawn_child(self, role: str) -> None:
+        """Another titled child of the API process (SGLang's detokenizer); dies with its parent."""
+        cmd = [sys.executable, "-m", "watchdog.sim.vllm_sim", *self._argv, "--role", role]
+        self.children.append(subprocess.Popen(cmd))
+
     def stop(self) -> None:
-        """SIGTERM the engine (it stops its workers) and reap it."""
+        """SIGTERM the engine (it stops its workers) and the other children, and reap them."""
+        for child in self.children:
+            child.terminate()
         if self.proc is None or self.proc.poll() is not None:
             return
         self.proc.terminate()

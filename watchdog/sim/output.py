@@ -75,7 +75,9 @@ class Console:
         err: TextIO,
         log_path: str | None = None,
         clock: Callable[[], float] = time.time,
+        engine: str = "vllm",
     ) -> None:
+        self.engine = engine
         self._out = out
         self._err = err
         self._log_path = log_path
@@ -102,9 +104,18 @@ class Console:
         Prefix from `decorate_logs()` in vllm/utils/system_utils.py; vLLM's default handler
         writes to stdout. `proc=None` gives the unprefixed form of the offline CLI process.
         """
+        if self.engine == "sglang":
+            self.sglang(msg)
+            return
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(self._clock()))
         prefix = f"({proc} pid={pid}) " if proc else ""
         self.line(f"{prefix}{level} {stamp} [{where}] {msg}")
+
+    def sglang(self, msg: str, ranks: str = "") -> None:
+        """SGLang's line: `[%Y-%m-%d %H:%M:%S{ranks}] msg` (srt/utils/common.py configure_logger;
+        the rank prefix, e.g. ` TP0`, only when a parallel size is > 1)."""
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._clock()))
+        self.line(f"[{stamp}{ranks}] {msg}")
 
 
 class Bar:

@@ -16,8 +16,15 @@ from collections.abc import Sequence
 from watchdog.sim import versions
 from watchdog.sim.api import ApiServer
 from watchdog.sim.bench import run_bench
-from watchdog.sim.config import ROLE_API, ROLE_ENGINE, SimConfig, parse
-from watchdog.sim.engine import run_engine, run_worker
+from watchdog.sim.config import (
+    ROLE_API,
+    ROLE_ENGINE,
+    ROLE_SGLANG_DETOKENIZER,
+    ROLE_SGLANG_SCHEDULER,
+    SimConfig,
+    parse,
+)
+from watchdog.sim.engine import run_engine, run_idle_child, run_worker
 from watchdog.sim.flashinfer.jit.cubin_loader import check_loopback
 from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.link import EngineLink
@@ -37,7 +44,7 @@ def announce_port(cfg: SimConfig, console: Console, port: int) -> None:
 def run_top(cfg: SimConfig, console: Console) -> int:
     """The API server / bench CLI process: owns the engine child and the HTTP server."""
     forwarded = [a for a in cfg.argv]
-    link = EngineLink(forwarded)
+    link = EngineLink(forwarded, cfg.engine_role)
     api = ApiServer(cfg, console, link) if cfg.mode == "serve" else None
     if api is not None:
         announce_port(cfg, console, api.port)
@@ -49,6 +56,8 @@ def run_top(cfg: SimConfig, console: Console) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     link.start()
+    if cfg.engine == "sglang":
+        link.spawn_child(ROLE_SGLANG_DETOKENIZER)
     if api is None:
         code = run_bench(cfg, console, link)
         link.stop()
@@ -76,9 +85,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse, re-exec for --fake-versions if asked, then run this process's role."""
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
-    console = Console(sys.stdout, sys.stderr, cfg.log_file)
-    if cfg.role == ROLE_ENGINE:
+    console = Console(sys.stdout, sys.stderr, cfg.log_file, engine=cfg.engine)
+    if cfg.role in (ROLE_ENGINE, ROLE_SGLANG_SCHEDULER):
         return run_engine(cfg, console)
+    if cfg.role == ROLE_SGLANG_DETOKENIZER:
+        return run_idle_child(cfg.role)
     if cfg.role.startswith("VLLM::Worker"):
         return run_worker(cfg, cfg.role)
     if cfg.role != ROLE_API:

@@ -1,19 +1,25 @@
-"""Turn one raw log line from vLLM (or FlashInfer, uvicorn, tqdm) into a typed LogEvent.
+"""Turn one raw log line from any engine (or FlashInfer, uvicorn, tqdm) into a typed LogEvent.
 
-Pure: no I/O, no clock. Every regex here matches an upstream format quoted in
-/work/shared/reference/domain.md or a real log excerpt under tests/data/logs/.
-Matching is by `search`, so a message is recognised with or without vLLM's
-`(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:N] ` prefix.
+Pure: no I/O, no clock. Engine formats come from the engine profiles (watchdog/engines/
+profiles/*.toml); the engine-neutral ones (collector prefixes, tqdm bars, FlashInfer's
+`flashinfer.jit` logger) are here. Every format is found at a literal needle and matched at
+that position, never searched from every offset, so a line costs time linear in its length
+(issue 11.1: a logged prompt must not freeze the loop).
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from watchdog.core.model import LogEvent
+from watchdog.engines.loader import EngineSet, load_engines
+from watchdog.engines.profile import LogRule
 
 # CSI (colour, cursor moves), OSC (titles, ended by BEL or ST) and two-byte escapes.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
@@ -35,73 +41,31 @@ _OUTER_PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^(?=[a-z0-9.-]*[\d-])[a-z0-9][a-z0-9.-]*: "),
 )
 
-# vLLM's process prefix (vllm/utils/system_utils.py `_add_prefix`): `(EngineCore_DP0 pid=123) `.
-_PROC = re.compile(r"^\((?P<proc>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)\) ?")
-
-# --- stats: vllm/v1/metrics/loggers.py LoggingStatLogger.log, and V0 llm_engine.py ---
-_STATS = re.compile(
-    r"(?:Engine (?P<engine>\d+): |(?P<engines>\d+) Engines Aggregated: )?"
-    r"Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, "
-    r"Avg generation throughput: (?P<gen>[\d.]+) tokens/s, "
-    r"Running: (?P<running>\d+) reqs, (?:Swapped: \d+ reqs, )?"
-    r"(?:Waiting|Pending): (?P<waiting>\d+) reqs"
-)
-_KV = re.compile(r"GPU KV cache usage: (?P<kv>[\d.]+)%")
-
-# --- tqdm bars (domain.md 2.3) ---
-_BAR = re.compile(
-    r"(?P<desc>[^|:]*?[^|:\s]):\s+(?P<pct>\d+)%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)"
-    r" \[(?P<elapsed>[\d:]+)(?:<(?P<remaining>[^,\]]*))?(?:, (?P<rest>[^\]]*))?\]"
+# --- tqdm bars (tqdm.std.tqdm.format_meter; domain of every engine) ---
+# Each bar is found at a literal needle and read with `match` at fixed positions, so the cost is
+# linear in the line length (a `search` with a leading `[^|:]*?` is quadratic, issue 11.1).
+_BAR_TAIL = re.compile(
+    r"%\|[^|]{0,400}\|\s{0,8}(?P<n>\d{1,12})/(?P<total>\d{1,12})"
+    r" \[(?P<elapsed>[\d:]{1,16})(?:<(?P<remaining>[^,\]]{0,32}))?(?:, (?P<rest>[^\]]{0,400}))?\]"
 )
 # tqdm without a total: `Processing batches: 2it [00:00,  4.69it/s]`
-_BAR_NOTOTAL = re.compile(r"(?P<desc>[^|:]*?[^|:\s]): (?P<n>\d+)it \[(?P<elapsed>[\d:]+)[,\]]")
-# vLLM weight_utils `_BAR_FORMAT`: "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} ..."
-_LOADING = re.compile(
-    r"(?P<desc>Loading [^:|]*?):\s+(?P<pct>\d+)% Completed \| (?P<n>\d+)/(?P<total>\d+)"
-    r"(?: \[(?P<elapsed>[\d:]+))?"
+_NOTOTAL_TAIL = re.compile(r"it \[(?P<elapsed>[\d:]{1,16})[,\]]")
+# vLLM/SGLang weight_utils `_BAR_FORMAT`: "{desc}: {percentage:3.0f}% Completed | {n_fmt}/..."
+_LOADING_TAIL = re.compile(
+    r"% Completed \| (?P<n>\d{1,12})/(?P<total>\d{1,12})(?: \[(?P<elapsed>[\d:]{1,16}))?"
 )
 _LOADING_DESC = re.compile(r"^Loading .*(?:checkpoint|shards|weights)", re.IGNORECASE)
-_SPEED = re.compile(r"est\. speed input: (?P<inp>[\d.]+) toks/s, output: (?P<out>[\d.]+) toks/s")
-
-# Simple kinds, one regex each: (kind, field, value, needle, pattern). The needle is a literal
-# substring the line must contain before the regex is tried (keeps per-line cost low).
-_Row = tuple[str, str, str, str, str]
-_TABLE_SPEC: tuple[_Row, ...] = (
-    # startup milestones (domain.md 2.3 "Startup milestones")
-    ("milestone", "name", "weights_loaded", "Loading weights took",
-     r"Loading weights took (?P<seconds>[\d.]+) seconds"),
-    ("milestone", "name", "model_loaded", "Model loading took",
-     r"Model loading took (?:(?P<gib>[\d.]+) ?GiB(?: memory)? and )?(?P<seconds>[\d.]+) seconds"),
-    ("milestone", "name", "graph_captured", "Graph capturing finished",
-     r"Graph capturing finished in (?P<seconds>[\d.]+) secs?(?:, took (?P<gib>[\d.]+) GiB)?"),
-    ("milestone", "name", "engine_ready", "init engine (profile",
-     r"init engine \(profile, create kv cache, warmup model\) took (?P<seconds>[\d.]+) seconds"),
-    ("milestone", "name", "startup_complete", "Application startup complete.",
-     r"Application startup complete\."),
-    # "takes" in older vLLM (vllm #16301), "took" in newer (club-3090 #142)
-    ("milestone", "name", "compile_done", "torch.compile t",
-     r"torch\.compile (?:takes|took) (?P<seconds>[\d.]+) s in total"),
-    # torch.compile activity (vllm compilation/backends.py)
-    ("compile", "phase", "graph", "Compiling a graph for",
-     r"Compiling a graph for (?P<shape>.+?)(?: takes (?P<seconds>[\d.]+) s)?$"),
-    ("compile", "phase", "dynamo", "Dynamo bytecode transform time",
-     r"Dynamo bytecode transform time: (?P<seconds>[\d.]+) s"),
-    ("compile", "phase", "cache_load", "Directly load the compiled graph",
-     r"Directly load the compiled graph.*?(?:, took (?P<seconds>[\d.]+) s)?$"),
-    # version announcements (vllm api_server.py run_server, v1/engine/core.py, V0 llm_engine.py)
-    ("version", "component", "api_server", "vLLM API server version",
-     r"vLLM API server version (?P<version>\S+)"),
-    ("version", "component", "engine", "LLM engine (v",
-     r"Initializing (?:a V1|an) LLM engine \(v(?P<version>[^)\s]+)\) with config"),
-    # vllm/utils/flashinfer.py use_trtllm_attention (domain.md 2.1): "Using TRTLLM %s attention
-    # (auto-detected).", older "Using TRTLLM attention (auto-detected)." (vllm #25848), and
-    # "Using TRTLLM attention (--attention-config.use_trtllm_attention is set to 1)".
-    ("trtllm", "enabled", "", "Using TRTLLM",
-     r"Using TRTLLM (?:(?P<phase>\w+) )?attention \((?P<reason>[^)]*)\)"),
-)  # fmt: skip
-_TABLE = tuple((k, f, v, n, re.compile(p)) for k, f, v, n, p in _TABLE_SPEC)
+_SPEED = re.compile(
+    r"est\. speed input: (?P<inp>[\d.]{1,24}) toks/s, output: (?P<out>[\d.]{1,24}) toks/s"
+)
+# Bar descriptions that are CUDA-graph capture: vLLM's "Capturing CUDA graphs (...)" and
+# SGLang's "Capturing batches (bs=... avail_mem=...)" (srt/model_executor/runner/
+# decode_cuda_graph_runner.py).
+_CAPTURE_DESCS = ("Capturing CUDA graphs", "Capturing batches")
 _FLOAT_FIELDS = frozenset({"seconds", "gib", "delay_s"})
-_INT_FIELDS = frozenset({"attempt"})
+_INT_FIELDS = frozenset({"attempt", "pid", "rank"})
+_MAX_TRIES = 3  # occurrences of a needle tried per line (bounded, so parsing stays linear)
+_BEFORE_SPAN = 64  # characters before a needle that a rule's `before` pattern may read
 
 # --- flashinfer.jit logger (domain.md 1.6; flashinfer/jit/cubin_loader.py) ---
 _JIT = re.compile(r"flashinfer\.jit: (?P<msg>.*)$")
@@ -143,36 +107,120 @@ def clean_line(raw: str) -> str:
 
 def split_proc(line: str) -> tuple[str | None, int | None, str]:
     """vLLM's `(Proc pid=N) ` prefix as (proc, pid, message); (None, None, line) without one."""
-    m = _PROC.match(line)
+    m = _VLLM_PROC.match(line)
     if m is None:
         return None, None, line
     return m.group("proc"), int(m.group("pid")), line[m.end() :]
 
 
-def parse_line(line: str, source: str = "", keep: re.Pattern[str] | None = None) -> LogEvent | None:
-    """The LogEvent a line carries, a kind="line" event if `keep` matches it, else None."""
+# vllm/utils/system_utils.py `_add_prefix` (also in the vLLM profile's `log.prefixes`).
+_VLLM_PROC = re.compile(r"^\((?P<proc>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)\) ?")
+
+
+@dataclass(frozen=True)
+class LogPatterns:
+    """The engine log formats in force: every profile's prefixes and rules, in order."""
+
+    prefixes: tuple[re.Pattern[str], ...] = ()
+    first: tuple[LogRule, ...] = ()  # stats rules: tried before FlashInfer's lines
+    rest: tuple[LogRule, ...] = ()
+
+    @classmethod
+    def from_engines(cls, engines: EngineSet) -> LogPatterns:
+        """All profiles' formats: a line is read whichever engine wrote it."""
+        rules = [r for p in engines.profiles for r in p.logs]
+        prefixes = [x for p in engines.profiles for x in p.log_prefixes]
+        return cls(
+            prefixes=tuple(dict.fromkeys(prefixes)),
+            first=tuple(r for r in rules if r.kind == "stats"),
+            rest=tuple(r for r in rules if r.kind != "stats"),
+        )
+
+
+_IN_FORCE: list[LogPatterns] = []  # set once by the daemon's wiring (operator profiles too)
+
+
+@functools.cache
+def _shipped_patterns() -> LogPatterns:
+    return LogPatterns.from_engines(load_engines())
+
+
+def default_patterns() -> LogPatterns:
+    """The formats in force: those `use_patterns` set, else the shipped profiles' (loaded on
+    first use, never at import)."""
+    return _IN_FORCE[-1] if _IN_FORCE else _shipped_patterns()
+
+
+def use_patterns(patterns: LogPatterns) -> None:
+    """Make `patterns` (shipped + `--engines` profiles) the formats every reader uses."""
+    _IN_FORCE[:] = [patterns]
+
+
+def parse_line(
+    line: str,
+    source: str = "",
+    keep: re.Pattern[str] | None = None,
+    patterns: LogPatterns | None = None,
+) -> LogEvent | None:
+    """The LogEvent a line carries, a kind="line" event if `keep` matches it, else None.
+
+    Never raises on content: a number that does not convert (`Graph capturing finished in .
+    sec`, 5000 digits) makes that format not match, and the line is kept like any other.
+    """
+    pats = default_patterns() if patterns is None else patterns
     text = clean_line(line)
-    proc, pid, msg = split_proc(text)
-    for parser in _PARSERS:
-        found = parser(msg)
-        if found is not None:
-            kind, fields = found
-            break
+    prefix, msg = _split_prefix(text, pats)
+    found = _parse_msg(msg, pats)
+    if found is not None:
+        kind, fields = found
     else:
         if keep is None or not keep.search(text):
             return None
         kind, fields = "line", {}
-    if proc is not None:
-        fields["proc"] = proc
-        fields["pid"] = pid
+    for key, value in prefix.items():
+        fields.setdefault(key, value)
     return LogEvent(kind=kind, line=text, source=source, fields=fields)
+
+
+def _split_prefix(text: str, pats: LogPatterns) -> tuple[dict[str, Any], str]:
+    """An engine's logging prefix as fields (proc, pid, rank, ranks) and the message after it."""
+    for pattern in pats.prefixes:
+        m = pattern.match(text)
+        if m is not None:
+            fields: dict[str, Any] = {}
+            for key, value in m.groupdict().items():
+                if value is None or (key == "ranks" and not value.strip()):
+                    continue
+                fields[key] = int(value) if key in _INT_FIELDS and len(value) < 10 else value
+                if key == "ranks":
+                    fields[key] = value.strip()
+            return fields, text[m.end() :]
+    return {}, text
+
+
+def _parse_msg(msg: str, pats: LogPatterns) -> _Parsed | None:
+    for rule in pats.first:
+        found = _apply(rule, msg)
+        if found is not None:
+            return found
+    found = _jit(msg)
+    if found is not None:
+        return found
+    for rule in pats.rest:
+        found = _apply(rule, msg)
+        if found is not None:
+            return found
+    return _bars(msg)
 
 
 def parse_elapsed(text: str) -> float | None:
     """tqdm's `MM:SS` or `H:MM:SS` (or `D:HH:MM:SS`) as seconds; None when malformed."""
     total = 0.0
-    for part in text.split(":"):
-        if not part.isdigit():
+    parts = text.split(":")
+    if len(parts) > 4:
+        return None
+    for part in parts:
+        if not part.isdigit() or len(part) > 6:
             return None
         total = total * 60 + int(part)
     return total
@@ -181,116 +229,164 @@ def parse_elapsed(text: str) -> float | None:
 _Parsed = tuple[str, dict[str, Any]]
 
 
-def _stats(msg: str) -> _Parsed | None:
-    if "Avg prompt throughput" not in msg:
-        return None
-    m = _STATS.search(msg)
-    if m is None:
-        return None
-    kv = _KV.search(msg, m.end())
-    fields: dict[str, Any] = {
-        "engine": int(m.group("engine")) if m.group("engine") else None,
-        "aggregated": int(m.group("engines")) if m.group("engines") else None,
-        "prompt_tps": float(m.group("prompt")),
-        "gen_tps": float(m.group("gen")),
-        "running": int(m.group("running")),
-        "waiting": int(m.group("waiting")),
-        "kv_usage": round(float(kv.group("kv")) / 100.0, 6) if kv else None,  # ratio 0-1
-    }
-    return "stats", fields
+def _needles(msg: str, needle: str, start: int = 0) -> Iterator[int]:
+    """The first few positions of `needle` in msg (bounded: linear time per rule)."""
+    i = msg.find(needle, start)
+    tries = 0
+    while i >= 0 and tries < _MAX_TRIES:
+        yield i
+        tries += 1
+        i = msg.find(needle, i + 1)
+
+
+def _apply(rule: LogRule, msg: str) -> _Parsed | None:
+    """One engine rule: `match` at the needle, `before` just ahead of it, extras after it."""
+    for i in _needles(msg, rule.needle):
+        m = rule.pattern.match(msg, i)
+        if m is None:
+            continue
+        groups: dict[str, str | None] = {name: None for name in rule.types}
+        groups.update(m.groupdict())
+        if rule.before is not None:
+            b = rule.before.search(msg, max(0, i - _BEFORE_SPAN), i)
+            if b is not None:
+                groups.update(b.groupdict())
+        for extra in rule.extras:
+            for j in _needles(msg, extra.needle, m.end()):
+                xm = extra.pattern.match(msg, j)
+                if xm is not None:
+                    groups.update(xm.groupdict())
+                    break
+        try:
+            fields = _typed(groups, rule.types)
+        except (ValueError, OverflowError):
+            return None  # a malformed number: this format does not match (issue 11.4)
+        fields.update(rule.set)
+        return rule.kind, fields
+    return None
 
 
 def _jit(msg: str) -> _Parsed | None:
-    if "flashinfer.jit: " not in msg:
+    i = msg.find("flashinfer.jit: ")
+    if i < 0:
         return None
-    m = _JIT.search(msg)
-    if m is None:
-        return None
-    body = m.group("msg")
+    body = msg[i + len("flashinfer.jit: ") :]
     fields: dict[str, Any] = {"action": "other", "message": body}
     for action, pattern in _JIT_ACTIONS:
         am = pattern.search(body)
         if am is not None:
+            try:
+                typed = _typed(am.groupdict(), {})
+            except (ValueError, OverflowError):
+                continue
             fields["action"] = action
-            fields.update(_typed(am.groupdict()))
+            fields.update(typed)
             break
     uri = fields.get("uri")
     if uri and "://" in uri:
-        fields["host"] = urlsplit(uri).hostname
+        try:
+            fields["host"] = urlsplit(uri).hostname
+        except ValueError:  # e.g. an unbalanced `[` in the host part
+            fields["host"] = None
     return "jit", fields
 
 
-def _table(msg: str) -> _Parsed | None:
-    for kind, field_name, value, needle, pattern in _TABLE:
-        if needle in msg:
-            m = pattern.search(msg)
-            if m is not None:
-                fields = _typed(m.groupdict())
-                fields[field_name] = value or True
-                return kind, fields
-    return None
-
-
-def _typed(groups: dict[str, str | None]) -> dict[str, Any]:
+def _typed(groups: Mapping[str, str | None], types: Mapping[str, str]) -> dict[str, Any]:
+    """Groups converted by the rule's types (else by name); ValueError when one will not."""
     fields: dict[str, Any] = {}
     for key, value in groups.items():
+        tp = types.get(key) or ("float" if key in _FLOAT_FIELDS else "")
+        tp = tp or ("int" if key in _INT_FIELDS else "")
         if value is None:
+            fields[key] = None
             continue
-        if key in _FLOAT_FIELDS:
-            fields[key] = float(value)
-        elif key in _INT_FIELDS:
-            fields[key] = int(value)
+        if tp == "int":
+            fields[key] = int(value)  # ValueError past 4300 digits (sys.int_info)
+        elif tp in ("float", "ratio%"):
+            number = float(value)
+            if not math.isfinite(number):
+                raise ValueError(f"{key}={value[:20]}... is not a finite number")
+            fields[key] = round(number / 100.0, 6) if tp == "ratio%" else number
         else:
             fields[key] = value
-    return fields
+    return {k: v for k, v in fields.items() if v is not None or k in types}
 
 
-def _bar_fields(m: re.Match[str]) -> dict[str, Any]:
-    groups = m.groupdict()
-    n = int(groups["n"])
+def _bar_fields(desc: str, groups: Mapping[str, str | None], pct: str | None) -> dict[str, Any]:
+    n = int(groups["n"] or 0)
     total = int(groups["total"]) if groups.get("total") else None
-    fields: dict[str, Any] = {"desc": groups["desc"].strip(), "n": n, "total": total}
-    fields["pct"] = float(groups["pct"]) if groups.get("pct") else None
-    fields["elapsed_s"] = parse_elapsed(groups["elapsed"]) if groups.get("elapsed") else None
+    fields: dict[str, Any] = {"desc": desc.strip(), "n": n, "total": total}
+    fields["pct"] = float(pct) if pct else None
+    elapsed = groups.get("elapsed")
+    fields["elapsed_s"] = parse_elapsed(elapsed) if elapsed else None
     return fields
+
+
+def _head(msg: str, i: int, sep: str) -> tuple[str, str] | None:
+    """(desc, number) of `desc{sep}NN` ending at i: desc runs back to the last `|` or `:`."""
+    colon = msg.rfind(":", 0, i)
+    if colon <= 0:
+        return None
+    number = msg[colon + 1 : i]
+    if sep == " " and not number.startswith(" "):
+        return None
+    number = number.lstrip(" ") if sep != " " else number[1:]
+    if not number.isdigit() or len(number) > 12 or msg[colon - 1].isspace():
+        return None
+    start = max(msg.rfind("|", 0, colon), msg.rfind(":", 0, colon)) + 1
+    desc = msg[start:colon]
+    if not desc.strip():
+        return None
+    return desc, number
 
 
 def _bars(msg: str) -> _Parsed | None:
     if "it" not in msg and "Completed" not in msg:
         return None
-    # Cheap substring guards first: the bar regexes scan from every position of the line.
-    m = _LOADING.search(msg) if "% Completed |" in msg else None
-    if m is not None:
-        return "loading", _bar_fields(m)
-    m = _BAR.search(msg) if "%|" in msg else None
-    m = m or (_BAR_NOTOTAL.search(msg) if "it [" in msg else None)
-    if m is None:
-        return None
-    fields = _bar_fields(m)
+    for i in _needles(msg, "% Completed |"):
+        m = _LOADING_TAIL.match(msg, i)
+        head = _head(msg, i, "s") if m else None
+        at = head[0].find("Loading ") if m and head else -1
+        if m and head and at >= 0:
+            return "loading", _bar_fields(head[0][at:], m.groupdict(), head[1])
+    for i in _needles(msg, "%|"):
+        m = _BAR_TAIL.match(msg, i)
+        head = _head(msg, i, "s") if m else None
+        if m and head:
+            return _bar_kind(msg, head[0], _bar_fields(head[0], m.groupdict(), head[1]), i)
+    for i in _needles(msg, "it ["):
+        m = _NOTOTAL_TAIL.match(msg, i)
+        head = _head(msg, i, " ") if m else None
+        if m and head:
+            groups = {"n": head[1], "total": None, "elapsed": m.group("elapsed")}
+            return _bar_kind(msg, head[0], _bar_fields(head[0], groups, None), i)
+    return None
+
+
+def _bar_kind(msg: str, desc: str, fields: dict[str, Any], at: int) -> _Parsed:
     desc = fields["desc"]
-    if desc.startswith("Capturing CUDA graphs"):
+    if desc.startswith(_CAPTURE_DESCS):
         return "capture", fields
     if _LOADING_DESC.search(desc):
         return "loading", fields
-    speed = _SPEED.search(msg, m.start())
+    speed = _SPEED.search(msg, at)
     if speed is not None:
-        fields["input_tps"] = float(speed.group("inp"))
-        fields["output_tps"] = float(speed.group("out"))
+        try:
+            fields["input_tps"] = float(speed.group("inp"))
+            fields["output_tps"] = float(speed.group("out"))
+        except ValueError:
+            pass
     return "progress", fields
 
 
-# Order matters only where texts overlap: stats and jit lines are the most specific.
-_PARSERS: tuple[Callable[[str], _Parsed | None], ...] = (_stats, _jit, _table, _bars)
-
-
-def literal_keys() -> tuple[str, ...]:
-    """Substrings one of which every line that yields a parsed event contains (each parser's
-    guard above): the log source's prefilter skips lines holding none of them unparsed."""
+def literal_keys(patterns: LogPatterns | None = None) -> tuple[str, ...]:
+    """Substrings one of which every line that yields a parsed event contains (each format's
+    needle): the log source's prefilter skips lines holding none of them unparsed."""
+    pats = default_patterns() if patterns is None else patterns
     return (
-        "Avg prompt throughput",  # _stats
         "flashinfer.jit: ",  # _jit
-        *(needle for _kind, _field, _value, needle, _pattern in _TABLE),
-        "% Completed |",  # _bars: _LOADING
-        "%|",  # _bars: _BAR
-        "it [",  # _bars: _BAR_NOTOTAL
+        *dict.fromkeys(r.needle for r in (*pats.first, *pats.rest)),  # engine profiles
+        "% Completed |",  # _bars: loading
+        "%|",  # _bars: tqdm with a total
+        "it [",  # _bars: tqdm without a total
     )

@@ -9,6 +9,7 @@ title other sources key on.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 import psutil
 
 from watchdog.core.model import ProcInfo, ProcSnapshot
+from watchdog.engines.detect import EngineRef
 from watchdog.sources.base import SourceHealth
 
 # A live child with one of these names means a JIT build is running (not a hang).
@@ -141,8 +143,11 @@ class ProcSource:
         *,
         psutil_module: ModuleType = psutil,
         clock: Callable[[], float] = time.monotonic,
+        engine: EngineRef | None = None,
     ) -> None:
         self.finder = finder
+        self.engine = engine  # detected from the target's command line and its children's titles
+        self._detected_for: int | None = None
         self.health = SourceHealth(self.name)
         self._ps = psutil_module
         self._clock = clock
@@ -192,15 +197,31 @@ class ProcSource:
         compilers = sorted(
             {p.name for p in procs[1:] if p.name in COMPILERS and p.status != "zombie"}
         )
+        procs = self._with_roles(procs, detect=restarted or pid != self._detected_for)
         snap = ProcSnapshot(
             target_pid=pid,
             alive=alive,
             procs=tuple(procs),
             compilers=tuple(compilers),
             restarted=restarted and alive,
+            engine=self.engine.profile.name if self.engine is not None else "",
         )
         self._last = snap
         return snap
+
+    def _with_roles(self, procs: list[ProcInfo], detect: bool) -> list[ProcInfo]:
+        """Detect the engine for a new target, then name each process's role and rank."""
+        if self.engine is None or not procs:
+            return procs
+        if detect or self.engine.profile.name == "unknown":  # children appear after the launcher
+            self._detected_for = procs[0].pid
+            self.engine.observe(procs[0].title, [p.title for p in procs[1:]])
+        profile = self.engine.profile
+        out = []
+        for info in procs:
+            role, rank = profile.role_of(info.title)
+            out.append(dataclasses.replace(info, role=role, rank=rank) if role else info)
+        return out
 
     def _gone(self, pid: int | None) -> bool:
         return pid is None or not self._ps.pid_exists(pid)

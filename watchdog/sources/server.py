@@ -1,90 +1,168 @@
-"""Scrapes a vLLM server's /metrics and /health: progress counters that keep moving only while
-the engine really steps, and the one signal (/health 503) that says the engine is dead."""
+"""Scrapes an inference server's /metrics and /health, as its engine profile spells them:
+progress counters that move only while the engine really steps, pending-work gauges, and what
+a /health status means for that engine (a vLLM 503 is a dead engine; an SGLang 503 is a
+one-token generation that got no answer)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from watchdog.core.model import ServerSample
+from watchdog.engines.detect import EngineRef
+from watchdog.engines.loader import load_engines
+from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import SourceHealth
 
-# Sample names (not family names) -> ServerSample field. Matching on sample names sidesteps the
-# parser's naming: it strips `_total` from the counter families (`vllm:prompt_tokens`) but keeps
-# it on the histogram `vllm:iteration_tokens_total`, whose step count is `..._total_count`.
-# Names from vllm/v1/metrics/loggers.py (PrometheusStatLogger; see tests/data/README-vllm.md).
-_SAMPLES: dict[str, str] = {
-    "vllm:iteration_tokens_total_count": "iterations",
-    "vllm:prompt_tokens_total": "prompt_tokens",
-    "vllm:generation_tokens_total": "generation_tokens",
-    "vllm:num_requests_running": "running",
-    "vllm:num_requests_waiting": "waiting",
-}
+# A server's own /metrics is well under a megabyte (a few hundred series, plus histograms); a
+# body this large is something else, and reading it would stall the loop and eat memory.
+MAX_METRICS_BYTES = 32 << 20
+# Series summed per sample name; more than this is not one server's page (issue 11.9).
+MAX_SERIES = 4096
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
 
 
-def parse_server_metrics(text: str) -> ServerSample:
+def shipped_samples() -> tuple[MetricSample, ...]:
+    """Every shipped profile's samples: what an engine not yet recognised is read with."""
+    return tuple(s for p in load_engines().profiles for s in p.samples)
+
+
+class MetricsParser:
+    """Reads Prometheus text line by line, keeping only the wanted samples (summed over labels).
+
+    Lines of other families cost one check of their first character and a find, so a page of
+    300k unrelated series does not hold the loop (issue 11.9); values that are not finite
+    numbers (a 400-digit value, NaN) are skipped, never raised (issue 11.14).
+    """
+
+    def __init__(self, samples: Iterable[MetricSample]) -> None:
+        self._fields: Mapping[str, str] = {s.name: s.field for s in samples}
+        self.sums: dict[str, float] = {}
+        self._series: dict[str, int] = {}
+        self._rest = ""
+        self._line_no = 0
+
+    def feed(self, chunk: str) -> None:
+        """More text; complete lines are parsed now, the tail waits for the next chunk."""
+        lines = (self._rest + chunk).split("\n")
+        self._rest = lines.pop()
+        for line in lines:
+            self._line(line)
+
+    def close(self) -> ServerSample:
+        """The sample read so far; ValueError when the body is not Prometheus text."""
+        if self._rest:
+            self._line(self._rest)
+            self._rest = ""
+        return ServerSample(up=True, **self.sums)
+
+    def _line(self, raw: str) -> None:
+        self._line_no += 1
+        line = raw.strip()
+        if not line or line[0] == "#":
+            return
+        if line[0] not in _NAME_START:
+            raise ValueError(
+                f"the /metrics body is not Prometheus text exposition (line {self._line_no} "
+                f"starts {line[:20]!r}); check that the URL points at the server's API port"
+            )
+        cut = min((i for i in (line.find("{"), line.find(" ")) if i >= 0), default=-1)
+        if cut < 0:
+            raise ValueError(
+                f"the /metrics body is not Prometheus text exposition (line {self._line_no} "
+                "has no value)"
+            )
+        field = self._fields.get(line[:cut])
+        if field is None:
+            return
+        name = line[:cut]
+        rest = line[line.rfind("}") + 1 :] if line[cut] == "{" else line[cut:]
+        parts = rest.split()
+        if not parts or self._series.get(name, 0) >= MAX_SERIES:
+            return
+        try:
+            value = float(parts[0])
+        except ValueError:
+            raise ValueError(
+                f"the /metrics body is not Prometheus text exposition (line {self._line_no}: "
+                f"{name} has value {parts[0][:20]!r}); check that the URL points at the "
+                "server's API port"
+            ) from None
+        if not math.isfinite(value):  # NaN, +Inf, or a 400-digit number (issue 11.14)
+            return
+        self._series[name] = self._series.get(name, 0) + 1
+        self.sums[field] = self.sums.get(field, 0.0) + value
+
+
+def parse_server_metrics(text: str, samples: Iterable[MetricSample] | None = None) -> ServerSample:
     """Reduce one /metrics page to the progress counters, summed over `engine`/`model_name`.
 
     A metric the page lacks stays None. Raises ValueError when the text is not Prometheus text.
     """
-    sums: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                key = _SAMPLES.get(sample.name)
-                if key is not None:
-                    sums[key] = sums.get(key, 0.0) + float(sample.value)
-    except (ValueError, IndexError, TypeError) as e:
-        raise ValueError(
-            f"the /metrics body is not Prometheus text exposition ({e}); "
-            "check that --vllm-url points at the vLLM API server"
-        ) from e
-    return ServerSample(up=True, **sums)
+    parser = MetricsParser(shipped_samples() if samples is None else samples)
+    parser.feed(text)
+    return parser.close()
 
 
 def _check_base_url(base_url: str) -> str:
-    parts = urlsplit(base_url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(base_url)
+        ok = parts.scheme in ("http", "https") and bool(parts.netloc) and parts.port != 0
+    except ValueError:  # e.g. "http://[::1" or a port out of range
+        ok = False
+    if not ok:
         raise ValueError(
-            f"vLLM URL {base_url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000"
+            f"server URL {base_url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000"
         )
     return base_url.rstrip("/")
 
 
-# vLLM's own /metrics is well under a megabyte (a few hundred series, plus histograms); a body
-# this large is something else, and parsing it would stall the loop and eat memory.
-MAX_METRICS_BYTES = 32 << 20
-
-
 class ServerSource:
-    """Polls one vLLM API server; never raises, marks itself down when /metrics fails."""
+    """Polls one server's HTTP API; never raises, marks itself down when /metrics fails."""
 
-    name = "vllm"
+    name = "vllm"  # the source's name in /healthz and metrics labels, kept for one release
 
     def __init__(
-        self, base_url: str, *, client: httpx.Client | None = None, timeout_s: float = 2.0
+        self,
+        base_url: str,
+        *,
+        client: httpx.Client | None = None,
+        timeout_s: float = 2.0,
+        engine: EngineRef | None = None,
     ) -> None:
         if timeout_s <= 0:
-            raise ValueError(f"vLLM scrape timeout must be > 0 seconds, got {timeout_s}")
+            raise ValueError(f"server scrape timeout must be > 0 seconds, got {timeout_s}")
         self.base_url = _check_base_url(base_url)
         self.timeout_s = timeout_s
+        self.engine = engine
         self.health = SourceHealth(self.name)
         self._owns_client = client is None
         self._client = client if client is not None else httpx.Client(timeout=timeout_s)
+        self._unknown_samples = shipped_samples()
+
+    def _profile(self) -> EngineProfile | None:
+        profile = self.engine.profile if self.engine is not None else None
+        return profile if profile is not None and profile.samples else None
 
     def poll(self) -> ServerSample:
         """One scrape of /metrics then /health (skipped when the server is unreachable)."""
-        sample, reachable = self._scrape_metrics()
-        health_status = self._health_status() if reachable else None
+        profile = self._profile()
+        sample, reachable = self._scrape_metrics(profile)
+        health_status, timed_out = self._health_status(profile) if reachable else (None, False)
         if sample.up:
             self.health.ok()
         else:
             self.health.down(sample.error or "scrape failed")
+        meaning = profile.health_meaning(health_status) if profile is not None else None
+        if timed_out and profile is not None:
+            meaning = profile.health_no_answer
         return ServerSample(
             up=sample.up,
             health_status=health_status,
+            health_meaning=meaning,
             iterations=sample.iterations,
             prompt_tokens=sample.prompt_tokens,
             generation_tokens=sample.generation_tokens,
@@ -93,39 +171,45 @@ class ServerSource:
             error=sample.error,
         )
 
-    def _scrape_metrics(self) -> tuple[ServerSample, bool]:
-        url = f"{self.base_url}/metrics"
+    def _scrape_metrics(self, profile: EngineProfile | None) -> tuple[ServerSample, bool]:
+        path = profile.metrics_path if profile is not None else "/metrics"
+        url = f"{self.base_url}{path}"
+        parser = MetricsParser(profile.samples if profile is not None else self._unknown_samples)
         try:
             with self._client.stream("GET", url, timeout=self.timeout_s) as resp:
                 if resp.status_code != 200:
                     error = f"{url} answered HTTP {resp.status_code}"
                     return ServerSample(up=False, error=error), True
-                body = bytearray()
-                for chunk in resp.iter_bytes():
-                    body += chunk
-                    if len(body) > MAX_METRICS_BYTES:
+                size = 0
+                for chunk in resp.iter_text():
+                    size += len(chunk)
+                    if size > MAX_METRICS_BYTES:
                         limit = MAX_METRICS_BYTES >> 20
-                        error = f"{url}: more than {limit} MiB; is this vLLM's /metrics endpoint?"
+                        error = f"{url}: more than {limit} MiB; is this the server's /metrics?"
                         return ServerSample(up=False, error=error), True
-                text = body.decode(resp.encoding or "utf-8", errors="replace")
+                    parser.feed(chunk)
+                return parser.close(), True
         except httpx.TimeoutException:
             return ServerSample(
                 up=False, error=f"{url} timed out after {self.timeout_s:g} s"
             ), False
         except httpx.HTTPError as e:
             return ServerSample(up=False, error=f"{url}: {type(e).__name__}: {e}"), False
-        try:
-            return parse_server_metrics(text), True
         except ValueError as e:
             return ServerSample(up=False, error=f"{url}: {e}"), True
 
-    def _health_status(self) -> int | None:
-        # /health answers 200 while the engine is wedged (vllm #40926); only 503 (EngineDeadError)
-        # means something, so the status is recorded as-is and judged by classify().
+    def _health_status(self, profile: EngineProfile | None) -> tuple[int | None, bool]:
+        """(status, timed_out) of /health; status None when it did not answer."""
+        # vLLM's /health answers 200 while the engine is wedged (vllm #40926); what each status
+        # means is the profile's (recorded as health_meaning) and judged by classify().
+        path = profile.health_path if profile is not None else "/health"
         try:
-            return self._client.get(f"{self.base_url}/health", timeout=self.timeout_s).status_code
+            resp = self._client.get(f"{self.base_url}{path}", timeout=self.timeout_s)
+            return resp.status_code, False
+        except httpx.TimeoutException:
+            return None, True
         except httpx.HTTPError:
-            return None
+            return None, False
 
     def close(self) -> None:
         """Close the HTTP client if this source created it."""

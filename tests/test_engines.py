@@ -1,0 +1,135 @@
+"""Engine profiles: the shipped ones load, operator files are validated (file, entry, key),
+and the engine is detected from a command line or process titles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from watchdog.engines.detect import EngineRef, detect_engine
+from watchdog.engines.loader import EngineError, load_engines
+from watchdog.sources.logparse import LogPatterns, parse_line
+
+GOOD = """
+schema = 1
+[[engine]]
+name = "acme"
+title = "Acme Serve"
+[engine.detect]
+cmdline = ['acme-serve']
+[[engine.role]]
+role = "worker"
+title = '^acme::gpu(?P<rank>\\d+)$'
+[engine.metrics]
+path = "/stats"
+sample = [
+  { name = "acme_steps_total", field = "iterations", type = "counter" },
+  { name = "acme_queue", field = "waiting", type = "gauge" },
+]
+[engine.health]
+path = "/ping"
+answers = { 500 = "dead" }
+[[engine.log.rule]]
+kind = "stats"
+needle = "acme step "
+pattern = 'acme step (?P<iteration>\\d+) queue=(?P<waiting>\\d+)'
+types = { iteration = "int", waiting = "int" }
+set = { stepped = true }
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "engines.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_shipped_profiles_load() -> None:
+    engines = load_engines()
+    assert engines.names == ("vllm", "sglang", "trtllm")
+    sgl = engines.get("sglang")
+    assert sgl is not None and sgl.health_meaning(503) == "not_generating"
+    assert engines.get("vllm").health_meaning(503) == "dead"  # type: ignore[union-attr]
+    assert sgl.fallbacks["disable_trtllm_attention"].args == ("--attention-backend", "flashinfer")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('title = "Acme Serve"', 'titel = "Acme"'), "engine 'acme': unknown key(s) 'titel'"),
+        (('role = "worker"', 'role = "gpu_thing"'), "role[0]: key 'role': unknown role"),
+        (("'acme-serve'", "'acme-(serve'"), "detect: key 'cmdline': invalid regex"),
+        (('type = "counter"', 'type = "gauge"'), "sample[0]: key 'field'"),
+        (('kind = "stats"', 'kind = "banana"'), "log.rule[0]: key 'kind'"),
+        (('needle = "acme step "', 'needle = "other "'), "must start with the needle"),
+        (('500 = "dead"', '500 = "sad"'), "health: key 'answers'"),
+        (('name = "acme"', 'name = "Acme Engine"'), "engine[0]: key 'name'"),
+    ],
+)
+def test_bad_profile_names_file_entry_and_key(
+    tmp_path: Path, edit: tuple[str, str], message: str
+) -> None:
+    path = write(tmp_path, GOOD.replace(*edit, 1))
+    with pytest.raises(EngineError) as exc:
+        load_engines([path])
+    assert str(path) in str(exc.value) and message in str(exc.value)
+
+
+def test_cli_exits_2_on_a_bad_engine_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from watchdog.commands.cli import main
+
+    path = write(tmp_path, GOOD.replace('role = "worker"', 'role = "boss"'))
+    argv = ["run", "--gpu-source", "none", "--no-cdn-default", "--metrics-addr", "off"]
+    assert main([*argv, "--engines", str(path), "--pid", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "role[0]: key 'role': unknown role 'boss'" in err
+    assert main([*argv, "--engine", "nope", "--pid", "1"]) == 2
+    assert "'nope' is not a known engine" in capsys.readouterr().err
+
+
+def test_operator_engine_is_detected_and_its_lines_read(tmp_path: Path) -> None:
+    engines = load_engines([write(tmp_path, GOOD)])
+    acme = engines.get("acme")
+    assert acme is not None and engines.names[0] == "acme"
+    profile, why = detect_engine(engines, "/usr/bin/acme-serve --port 1")
+    assert profile.name == "acme" and "command line" in why
+    assert acme.role_of("acme::gpu3") == ("worker", 3)
+    ev = parse_line("acme step 7 queue=2", patterns=LogPatterns.from_engines(engines))
+    assert ev is not None and ev.kind == "stats"
+    assert ev.fields == {"iteration": 7, "waiting": 2, "stepped": True}
+
+
+def test_detection_from_command_lines_and_titles() -> None:
+    engines = load_engines()
+    cases = {
+        "python3 -m sglang.launch_server --model-path m": "sglang",
+        "/venv/bin/sglang serve --model-path m": "sglang",
+        "/venv/bin/vllm serve meta/llama --port 8000": "vllm",
+        "python -m vllm.entrypoints.openai.api_server --model m": "vllm",
+        "trtllm-serve /models/llama --backend pytorch": "trtllm",
+        "python3 my_server.py": "unknown",
+    }
+    assert {c: detect_engine(engines, c)[0].name for c in cases} == cases
+    by_title, why = detect_engine(engines, "python3 x.py", ["sglang::scheduler_TP1"])
+    assert by_title.name == "sglang" and "title" in why
+    sgl = engines.get("sglang")
+    assert sgl is not None
+    assert sgl.role_of("sglang::scheduler_DP0_TP3") == ("scheduler", 3)
+    assert sgl.role_of("sglang::scheduler") == ("scheduler", None)
+    assert sgl.role_of("sglang::detokenizer") == ("detokenizer", None)
+    vllm = engines.get("vllm")
+    assert vllm is not None and vllm.role_of("VLLM::Worker_TP1") == ("worker", 1)
+
+
+def test_forced_engine_and_unknown_name() -> None:
+    engines = load_engines()
+    ref = EngineRef(engines, forced="sglang")
+    assert ref.profile.name == "sglang" and not ref.observe("vllm serve x", [])
+    with pytest.raises(ValueError, match="not a known engine"):
+        EngineRef(engines, forced="nope")
+    auto = EngineRef(engines)
+    assert auto.observe("python -m sglang.launch_server", []) and auto.profile.name == "sglang"
+    assert "progress counters in /metrics" in EngineRef(engines).profile.missing()

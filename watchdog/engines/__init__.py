@@ -1,0 +1,1 @@
+"""Engine profiles: how each inference engine is recognised and read, kept as TOML data."""
