@@ -77,6 +77,27 @@ def test_the_docs_table_is_current() -> None:
     assert render_tally() in doc, "the corpus tally in docs/field-knowledge.md is stale"
 
 
+def test_the_readme_tally_is_current() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text("utf-8")
+    # To refresh: PYTHONPATH=. python3 tests/test_corpus.py --readme, paste into
+    # docs/readme/00-intro.md and run docs/build_readme.py
+    assert render_engine_tally() in readme, "the corpus tally in the README is stale"
+
+
+def render_engine_tally() -> str:
+    """The README's short form: per engine, excerpts named, not nameable, and quiet."""
+    rows = [
+        "| engine | hang excerpts named | not nameable from the log alone | non-hang, quiet |",
+        "|---|---|---|---|",
+    ]
+    per: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for (engine, _), c in tally().items():
+        per[engine].update(c)
+    for engine, c in sorted(per.items()):
+        rows.append(f"| {engine} | {c['named']} | {c['not nameable']} | {c['quiet']} |")
+    return "\n".join(rows)
+
+
 def render_tally() -> str:
     rows = [
         "| Engine | Signature | Named | Not nameable | Non-hang, quiet |",
@@ -98,4 +119,4 @@ def render_tally() -> str:
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render_tally() + "\n")
+    sys.stdout.write((render_engine_tally() if "--readme" in sys.argv else render_tally()) + "\n")
