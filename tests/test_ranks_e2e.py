@@ -46,12 +46,12 @@ def _check_ranks(verdict: dict, cause: int, activity: str) -> None:
     assert by_rank[cause]["part"] == "cause" and by_rank[cause]["activity"] == activity
     assert by_rank[cause]["gpu"] == cause  # the sim puts rank n's pid on GPU n
     for r, view in by_rank.items():
-        assert view["role"] == "Worker"
+        assert view["role"] == "worker"  # the vLLM profile's name for VLLM::Worker_TPn
         if r != cause:
             assert view["part"] == "waiting" and view["activity"] == "collective", view
             assert view["frame"].startswith(("barrier", "all_reduce")) and view["unchanged"]
     line = next(e["detail"] for e in verdict["evidence"] if e["kind"] == "rank_cause")
-    assert line.startswith(f"rank {cause} (Worker) is in "), line
+    assert line.startswith(f"rank {cause} (worker) is in "), line
     assert "3 other ranks wait for it" in line
 
 

@@ -37,9 +37,9 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert blocks == [
         "python3 -m venv .venv && . .venv/bin/activate && pip install . && hang-watchdog demo",
         "apt-get update && apt-get install -y prometheus prometheus-alertmanager systemd "
-        "util-linux && pip install -e '.[test]' && python -m pytest -q",
+        "util-linux && pip install -e '.[test]' && python -m pytest -q -n 3",
     ]
     first_section = text.split("\n## ", 2)[1]
     assert first_section.startswith("Quick start")  # right after the introduction
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "python3 -m pytest -q" in ci
+    assert "python3 -m pytest -q -n 3" in ci

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import IO, Any
 
 from watchdog.sim import sysutil
@@ -196,7 +197,7 @@ class Engine:
         """TP>1: one `VLLM::Worker_TPn` child per rank, each fed commands on its stdin."""
         if self.cfg.tp <= 1:
             return
-        base = [a for a in self.cfg.argv if not a.startswith("--role")]
+        base = _without_role(self.cfg.argv)
         for rank in range(self.cfg.tp):
             argv = [sys.executable, "-m", "watchdog.sim.vllm_sim", *base]
             argv += ["--role", f"VLLM::Worker_TP{rank}"]
@@ -219,6 +220,21 @@ class Engine:
             except subprocess.TimeoutExpired:
                 worker.kill()
         os._exit(0)
+
+
+def _without_role(argv: Sequence[str]) -> list[str]:
+    """The engine's argv minus its `--role X` / `--role=X`: a worker gets its own title only
+    (vLLM's setproctitle replaces the whole command line, so no worker shows EngineCore's)."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--role":
+            skip = True
+        elif not a.startswith("--role="):
+            out.append(a)
+    return out
 
 
 def run_engine(cfg: SimConfig, console: Console) -> int:
