@@ -31,26 +31,22 @@ FLAG_NAMES = {
 }
 NO_FLAG = {"command", "fallback_overrides", "restart_command"}
 
-# Keys that only a long-running `run` uses: remediation, the idle canary, the exporter.
-DAEMON_ONLY = frozenset(
-    {
-        "metrics_addr",
-        "metrics_stale_s",
-        "state_dir",
-        "remediate",
-        "dry_run",
-        "restarter",
-        "fallback_file",
-        "remediate_min_confidence",
-        "cooldown_s",
-        "max_restarts",
-        "restart_window_s",
-        "recover_within_s",
-        "smoke_test",
-        "canary",
-        "canary_idle_s",
-        "canary_timeout_s",
-    }
+# The remediation group's keys: a long-running `run` uses them, `diagnose` does not.
+REMEDIATION_KEYS = (
+    "state_dir",
+    "remediate",
+    "dry_run",
+    "restarter",
+    "fallback_file",
+    "remediate_min_confidence",
+    "cooldown_s",
+    "max_restarts",
+    "restart_window_s",
+    "recover_within_s",
+    "smoke_test",
+    "canary",
+    "canary_idle_s",
+    "canary_timeout_s",
 )
 
 # --help groups, in order; a key in none of them lands in the last group.
@@ -93,25 +89,13 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "remediation (off unless --remediate)",
-        (
-            "state_dir",
-            "remediate",
-            "dry_run",
-            "restarter",
-            "fallback_file",
-            "remediate_min_confidence",
-            "cooldown_s",
-            "max_restarts",
-            "restart_window_s",
-            "recover_within_s",
-            "smoke_test",
-            "canary",
-            "canary_idle_s",
-            "canary_timeout_s",
-        ),
+        REMEDIATION_KEYS,
     ),
     ("timing and thresholds", ()),
 )
+
+# Keys that only a long-running `run` uses: remediation, the idle canary, the exporter.
+DAEMON_ONLY = frozenset({"metrics_addr", "metrics_stale_s", *REMEDIATION_KEYS})
 
 # Value names a user knows, by key; the rest are derived from the key's type and name.
 METAVARS = {
