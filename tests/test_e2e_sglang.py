@@ -111,61 +111,26 @@ def test_sglang_remediation_restarts_with_its_attention_backend_and_recovers(
 ) -> None:
     """Supervise mode: TRTLLM attention deadlock on GB300 + FlashInfer 0.6.7, under SGLang:
     the restart appends `--attention-backend flashinfer` and the server makes progress again."""
-    import os
-    import re
-    import signal
-    import subprocess
-    import sys
-    import time
+    from tests.test_remediation_e2e import Watchdog, remediation_record
 
-    from tests.simfixtures import sim_env
-    from watchdog.sim.cdn import free_port
-    from watchdog.sim.versions import write_dist_infos
-
-    port, fake = free_port(), tmp_path / "versions"
-    write_dist_infos(str(fake), {"sglang": "0.5.23", "flashinfer-python": "0.6.7"})
-    env = sim_env()
-    env["PYTHONPATH"] = f"{fake}{os.pathsep}{env['PYTHONPATH']}"
-    gpu = tmp_path / "gpu.jsonl"
-    argv = [sys.executable, "-m", "watchdog", "run", "--gpu-source", f"file:{gpu}",
-            "--vllm-url", f"http://127.0.0.1:{port}", "--state-dir", str(tmp_path / "state"),
-            "--incident-dir", str(tmp_path / "incidents"), "--metrics-addr", "off",
-            "--no-cdn-default", "--tick-s", "0.5", "--stall-after-s", "3",
-            "--suspect-after-s", "2", "--stack-second-after-s", "1", "--gpu-spin-for-s", "2",
-            "--stop-grace-s", "5", "--cooldown-s", "0", "--recover-within-s", "60",
-            "--remediate", "--",
-            sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario", "hang_unless_fallback",
-            *SGL, "--port", str(port), "--startup-s", "1", "--gpu-file", str(gpu),
-            "--workdir", str(tmp_path)]  # fmt: skip
-    err = tmp_path / "wd.err"
-    with open(err, "wb") as fh:
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=fh)
+    versions = {"sglang": "0.5.23", "flashinfer-python": "0.6.7"}
+    wd = Watchdog(
+        tmp_path,
+        "hang_unless_fallback",
+        versions,
+        "--remediate",
+        sim_args=("--engine", "sglang", "--health-timeout-s", "5"),
+    )
     try:
-        deadline = time.monotonic() + 150
-        text = ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            text = err.read_bytes().decode("utf-8", "replace")
-            if re.search(r"remediation: recovered", text):
-                break
-            time.sleep(0.3)
-        assert "remediation: recovered" in text, text[-3000:]
-        starts = re.findall(r"INFO: started (.*) \(pid \d+\)", text)
+        wd.wait_for(r"remediation: recovered", timeout=150)
+        starts = wd.starts()
         assert len(starts) == 2 and starts[1].endswith("--attention-backend flashinfer"), starts
         assert "--attention-config" not in starts[1]
-        records = [
-            json.loads(p.read_text()).get("remediation")
-            for p in sorted((tmp_path / "incidents").glob("*/incident.json"))
-        ]
-        plan = [r for r in records if r][-1]["plan"]
+        plan = remediation_record(tmp_path)["plan"]
         assert plan["args"] == ["--attention-backend", "flashinfer"], plan
         assert "SGLang spelling" in plan["how"]
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        wd.stop()
 
 
 def test_demo_engine_sglang_names_the_stall_and_its_fallback(tmp_path: Path) -> None:

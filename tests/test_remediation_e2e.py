@@ -28,7 +28,14 @@ FLAG = "--attention-config.use_trtllm_attention=0"
 class Watchdog:
     """One `hang-watchdog run` process supervising the simulator."""
 
-    def __init__(self, tmp: Path, scenario: str, versions: dict[str, str], *extra: str) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        scenario: str,
+        versions: dict[str, str],
+        *extra: str,
+        sim_args: tuple[str, ...] = (),
+    ) -> None:
         self.tmp, self.port = tmp, free_port()
         fake = tmp / "versions"
         write_dist_infos(str(fake), versions)  # the sim's interpreter reports these versions
@@ -43,7 +50,8 @@ class Watchdog:
                 "--stop-grace-s", "5", "--cooldown-s", "0", "--recover-within-s", "60", *extra,
                 "--", sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario", scenario,
                 "--mode", "serve", "--port", str(self.port), "--startup-s", "1",
-                "--gpu-file", str(gpu), "--stats-interval", "1", "--workdir", str(tmp)]  # fmt: skip
+                "--gpu-file", str(gpu), "--stats-interval", "1", "--workdir", str(tmp),
+                *sim_args]  # fmt: skip
         self.err = tmp / f"watchdog-{time.monotonic_ns()}.err"
         with open(self.err, "wb") as fh:
             self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=fh)
