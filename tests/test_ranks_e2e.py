@@ -50,6 +50,17 @@ def _check_ranks(verdict: dict, cause: int, activity: str) -> None:
         if r != cause:
             assert view["part"] == "waiting" and view["activity"] == "collective", view
             assert view["frame"].startswith(("barrier", "all_reduce")) and view["unchanged"]
+    # Each rank's own last progress: the waiting ranks' GPUs moved memory after the cause
+    # stopped (the sim's waiting ranks finish their share of the step first), so the cause
+    # is the first rank to stop.
+    progress = {p["rank"]: p for p in verdict["rank_progress"]}
+    assert sorted(progress) == [0, 1, 2, 3], verdict["rank_progress"]
+    print("seconds since each rank's progress:",
+          {r: (p["seconds"], p["signal"]) for r, p in sorted(progress.items())})  # fmt: skip
+    for r in range(4):
+        if r != cause:
+            assert progress[r]["signal"] == "gpu", progress
+            assert progress[cause]["seconds"] >= progress[r]["seconds"] + 1, progress
     line = next(e["detail"] for e in verdict["evidence"] if e["kind"] == "rank_cause")
     assert line.startswith(f"rank {cause} (worker) is in "), line
     assert "3 other ranks wait for it" in line

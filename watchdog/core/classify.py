@@ -12,6 +12,7 @@ from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
+from watchdog.core.rankprogress import rank_progress
 from watchdog.core.ranks import Attribution, attribute, describe
 from watchdog.core.redact import redact_argv
 from watchdog.core.signatures import Rule, Signature, SignatureSet
@@ -48,6 +49,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         "cause_rank": ranks.cause_rank,
         "cause_role": ranks.cause_role,
         "waiting_ranks": ranks.waiting_ranks,
+        "rank_progress": rank_progress(window, th.gpu_busy_dram),
     }
     matches = [m for m in (_match(s, ctx) for s in sigs.signatures) if m is not None]
     if matches:

@@ -202,6 +202,17 @@ class RankView:
 
 
 @dataclass(frozen=True)
+class RankProgress:
+    """When one rank last showed progress of its own (core/rankprogress.py)."""
+
+    rank: int
+    pid: int
+    role: str = ""
+    seconds: float = 0.0  # since that rank's last progress
+    signal: str = "server"  # what showed it: server | idle | gpu | stack | log | nccl_ras
+
+
+@dataclass(frozen=True)
 class Verdict:
     """What classify() concluded about a window."""
 
@@ -223,6 +234,7 @@ class Verdict:
     cause_rank: int | None = None  # the rank that keeps the others waiting
     cause_role: str = ""  # the role of the process that is the cause (also when rankless)
     waiting_ranks: tuple[int, ...] = ()  # ranks waiting on the cause
+    rank_progress: tuple[RankProgress, ...] = ()  # each rank's own last progress
 
     @property
     def is_hang(self) -> bool:

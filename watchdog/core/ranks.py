@@ -107,6 +107,17 @@ def role_and_rank(proc: ProcInfo) -> tuple[str, int | None]:
     return role, rank
 
 
+def ranked_procs(procs: Sequence[ProcInfo]) -> list[tuple[int, str, int]]:
+    """(pid, role, rank) of the processes with a rank; TP=1: the engine core is rank 0."""
+    out = [(p.pid, role, rank) for p in procs for role, rank in (role_and_rank(p),)]
+    ranked = [(pid, role, rank) for pid, role, rank in out if rank is not None]
+    if not ranked:
+        engines = [(pid, role) for pid, role, _ in out if role in _ENGINE_ROLES]
+        if len(engines) == 1:
+            ranked = [(engines[0][0], engines[0][1], 0)]
+    return sorted(ranked, key=lambda x: (x[2], x[0]))
+
+
 def _short(fr: Frame) -> str:
     return fr.name.rsplit(".", 1)[-1]
 

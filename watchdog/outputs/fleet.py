@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 
 from watchdog.core.model import Observation, ProcInfo, Verdict
-from watchdog.core.ranks import MAX_RANK, role_and_rank
+from watchdog.core.ranks import MAX_RANK, ranked_procs
 
 MAX_RANK_SERIES = 256  # per watchdog: a node has at most a few dozen ranks; bound the series
 Series = list[tuple[tuple[str, ...], float]]
@@ -51,14 +51,17 @@ def engine_of(obs: Observation) -> str:
 
 def _ranked(procs: tuple[ProcInfo, ...]) -> list[tuple[int, str]]:
     """(rank, role) of the processes that have a rank; TP=1: the engine core is rank 0."""
-    out = [(r, role) for role, r in (role_and_rank(p) for p in procs) if r is not None]
-    if not out:
-        engines = [
-            role for role, _ in map(role_and_rank, procs) if role in ("EngineCore", "scheduler")
-        ]
-        if len(engines) == 1:
-            out = [(0, engines[0])]
-    return sorted(set(out))[:MAX_RANK_SERIES]
+    return sorted({(rank, role) for _, role, rank in ranked_procs(procs)})[:MAX_RANK_SERIES]
+
+
+def _last_progress(obs: Observation, verdict: Verdict) -> dict[int, float]:
+    """Per rank, the wall time of its own last progress (core/rankprogress.py); the oldest
+    when two processes claim one rank."""
+    out: dict[int, float] = {}
+    for rp in verdict.rank_progress:
+        t = obs.wall - rp.seconds
+        out[rp.rank] = min(t, out.get(rp.rank, t))
+    return out
 
 
 def fleet_series(obs: Observation, verdict: Verdict, labels: FleetLabels) -> dict[str, Series]:
@@ -73,10 +76,11 @@ def fleet_series(obs: Observation, verdict: Verdict, labels: FleetLabels) -> dic
     ranks = sorted({(r, role) for r, role in ranks if 0 <= r < MAX_RANK})[:MAX_RANK_SERIES]
     since = verdict.seconds_since_progress
     last = obs.wall - since if since is not None else obs.wall
+    per_rank = _last_progress(obs, verdict)
     hang = verdict.is_hang or verdict.state == "stalled"
     for rank, role in ranks:
         key = (*base, str(rank), role)
-        out[LAST_PROGRESS].append((key, last))
+        out[LAST_PROGRESS].append((key, per_rank.get(rank, last)))
         out[WAITING].append((key, float(hang and rank in verdict.waiting_ranks)))
         if verdict.is_hang and rank == verdict.cause_rank and verdict.signature:
             out[CAUSE].append(((*key, verdict.signature), float(max(verdict.priority, 1))))

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from typing import IO, Any
@@ -30,6 +31,7 @@ from watchdog.sim.torch_stub.torch.distributed import distributed_c10d
 
 PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
 STEP_S = 0.1
+STRAGGLE_S = 3.0  # how long the waiting ranks of a rank-level hang work on after the cause stops
 # Made-up kernel names under the real v0.6.7 TRTLLM_GEN_FMHA artifact pin (domain.md 1.3).
 FMHA_PATH = "e7afc4134bb53eaab63fb85163d5943fb190621c/fmha/trtllm-gen/"
 CUBINS = tuple(
@@ -115,6 +117,7 @@ class Engine:
         ):
             self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
             self.report("step", running=running, waiting=self.total_waiting(running))
+            self.straggle()
             self.tell_workers(f"{scenario} {self.cfg.hang_rank}")
             collective_rpc()
         if scenario in ("kernel_deadlock", "cubin_download_stall"):
@@ -126,6 +129,21 @@ class Engine:
             else:
                 self.fetch_cubins()
         return self.step_loop(dies=scenario == "engine_dead")
+
+    def straggle(self) -> None:
+        """The ranks that wait finish their share of the step first: their GPUs move memory
+        for STRAGGLE_S after the cause stopped, then spin in the NCCL wait (time-scaled: on a
+        real server that gap is the rest of one forward pass)."""
+        if self.gpu is None or not self.hang_rank_valid():
+            return
+        gpu = self.gpu
+        waiting = [r for r in range(len(self.workers)) if r != self.cfg.hang_rank]
+        gpu.per_gpu = {r: "busy" for r in waiting}
+        timer = threading.Timer(
+            STRAGGLE_S, lambda: gpu.per_gpu.update({r: "spin" for r in waiting})
+        )
+        timer.daemon = True
+        timer.start()
 
     def hang_rank_valid(self) -> bool:
         """--hang-rank names one of this server's worker ranks."""

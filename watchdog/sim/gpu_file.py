@@ -48,11 +48,13 @@ class GpuFileWriter:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.profile = "loading"
+        self.per_gpu: dict[int, str] = {}  # GPU index -> profile, over `profile` for that GPU
 
     def sample(self, gpu: int) -> dict[str, object]:
         """One sample for one GPU under the current profile."""
-        sm_r, dram_r, power_r = PROFILES[self.profile]
-        pids = [] if self.profile == "gone" else list(self._pids(gpu))
+        profile = self.per_gpu.get(gpu, self.profile)
+        sm_r, dram_r, power_r = PROFILES[profile]
+        pids = [] if profile == "gone" else list(self._pids(gpu))
         return {
             "ts": round(self._clock(), 3),
             "gpu": gpu,
