@@ -150,3 +150,89 @@ def test_diagnose_shows_nccl_ras_evidence(standin, tmp_path) -> None:
                    "considered dead"], verdict["evidence"]  # fmt: skip
     assert "STATUS" in srv.commands and set(srv.commands) <= {
         "CLIENT PROTOCOL 2", "TIMEOUT 5", "SET FORMAT json", "STATUS"}  # fmt: skip
+
+
+def _exported(facts: object) -> dict[tuple[str, tuple[str, ...]], float]:
+    """What /metrics carries for one loop whose facts and sources came from `facts`."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from watchdog.core.model import Observation, Verdict
+    from watchdog.daemon.loop import Sources, _source_states
+    from watchdog.outputs.export import MetricsSink
+
+    sink = MetricsSink([], version="test")
+    obs = Observation(t=1.0, wall=1.7e9, facts={"nccl_ras": facts.ras.poll()},
+                      sources=_source_states(Sources(facts=facts)))  # fmt: skip
+    sink.observe(obs, Verdict(state="idle"), None)
+    text = generate_latest(sink.registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if "nccl_ras" in s.name or s.name == "hang_watchdog_source_up"
+    }
+
+
+def _with_ras(addr: str, *, configured: bool, mode: str = "auto") -> object:
+    from watchdog.sources.facts import FactsSource
+    from watchdog.sources.nccl_ras import WithRas
+
+    ras = RasSource(RasClient(addr, deadline_s=2), mode=mode, interval_s=60, configured=configured)
+    ras.poll()
+    ras.wait(10)
+    return WithRas(FactsSource(), ras)
+
+
+def test_not_configured_and_absent_is_no_source_at_all(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="hang_watchdog")
+    metrics = _exported(_with_ras(absent_addr(), configured=False))
+    assert not [k for k in metrics if ("source", "nccl_ras") in k[1]], metrics
+    assert not [k for k in metrics if k[0].startswith("hang_watchdog_nccl_ras")], metrics
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_configured_but_not_answering_is_a_source_that_is_down(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="hang_watchdog")
+    facts = _with_ras(absent_addr(), configured=True)
+    for _ in range(3):  # a down source, said once per outage, not once per query
+        facts.ras._next = 0.0
+        facts.ras.poll()
+        facts.ras.wait(10)
+    metrics = _exported(facts)
+    assert metrics[("hang_watchdog_source_up", (("source", "nccl_ras"),))] == 0.0
+    downs = [r for r in caplog.records if "source nccl_ras is down" in r.getMessage()]
+    assert len(downs) == 1, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.parametrize(
+    ("mode", "want"),
+    [
+        ("healthy", {"dead": 0, "unresponsive": 0, "behind": 0, "async_error": 0}),
+        ("dead", {"dead": 1, "unresponsive": 0, "behind": 0, "async_error": 0}),
+        ("unresponsive", {"dead": 0, "unresponsive": 1, "behind": 0, "async_error": 0}),
+        ("behind", {"dead": 0, "unresponsive": 0, "behind": 1, "async_error": 0}),
+    ],
+)
+def test_findings_are_exported_with_bounded_labels(standin, mode: str, want: dict) -> None:
+    facts = _with_ras(_serve(standin, mode).addr, configured=False)  # answered once: a source
+    metrics = _exported(facts)
+    assert metrics[("hang_watchdog_source_up", (("source", "nccl_ras"),))] == 1.0
+    assert metrics[("hang_watchdog_nccl_ras_communicators", ())] == 1.0
+    got = {
+        dict(k[1])["state"]: int(v)
+        for k, v in metrics.items()
+        if k[0] == "hang_watchdog_nccl_ras_ranks"
+    }
+    assert got == want
+    behind = {dict(k[1])["rank"]: v for k, v in metrics.items() if "behind" in k[0]}
+    assert behind == ({"11": 1.0} if mode == "behind" else {}), behind
+
+
+def test_ranks_on_this_host_are_mapped_by_pid_for_per_rank_progress() -> None:
+    from watchdog.sources.rasreport import findings
+
+    found = findings(parse_report(report("behind")), {"10.0.0.2"})
+    # The stand-in's ranks 8-15 run on 10.0.0.2 with pids 4008-4015; rank 11 is one behind.
+    assert found["local"] == {str(4000 + r): 1235 - (r == 11) for r in range(8, 16)}
+    assert found["behind"] == [[11, 1]]

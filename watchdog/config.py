@@ -116,7 +116,9 @@ class Config:
         choices=("auto", "on", "off"),
     )
     nccl_ras_addr: str = _f(
-        "localhost:28028", "address of NCCL's RAS service, as NCCL_RAS_ADDR sets it"
+        "",
+        "address of NCCL's RAS service, as NCCL_RAS_ADDR sets it (empty: NCCL's default "
+        "localhost:28028, tried quietly; set, it is a source that is down when it does not answer)",
     )
     nccl_ras_interval_s: float = _f(30.0, "seconds between two RAS queries", lo=1)
     nccl_ras_deadline_s: float = _f(10.0, "hard deadline of one RAS query", lo=0.5)
@@ -314,6 +316,8 @@ def _check_labels(cfg: Config, origin: str) -> None:
 
 
 def _check_ras_addr(cfg: Config, origin: str) -> None:
+    if not cfg.nccl_ras_addr:
+        return
     host, sep, port = cfg.nccl_ras_addr.rpartition(":")
     if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
         raise ConfigError(

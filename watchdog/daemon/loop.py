@@ -157,7 +157,7 @@ class Daemon:
             conns=tuple(_safe(s.conns, lambda: s.conns.poll(pids, environ)) or ()),
             stacks=self._pending_stacks,
             facts={k: v for k, v in facts.items() if k != "environ"},
-            sources={src.name: bool(src.health.up) for src in s.all() if hasattr(src, "health")},
+            sources=_source_states(s),
         )
         self._pending_stacks = ()
         self._injected = []
@@ -302,6 +302,17 @@ def _scrape_s(source: Any, requests: int) -> float:
 
 def _gpu_id(g: GpuSample) -> str:
     return g.uuid or str(g.index)
+
+
+def _source_states(s: Sources) -> dict[str, bool]:
+    """Each source's up state, with those a source carries inside it (the facts source's NCCL
+    RAS query, when configured or once it answered: `sub_sources`)."""
+    out: dict[str, bool] = {}
+    for src in s.all():
+        for each in (src, *getattr(src, "sub_sources", ())):
+            if hasattr(each, "health"):
+                out[each.name] = bool(each.health.up)
+    return out
 
 
 def _health(source: Any) -> SourceHealth | None:

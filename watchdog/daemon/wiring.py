@@ -185,10 +185,14 @@ def _facts(cfg: Config) -> Any:
     facts = FactsSource()
     if cfg.nccl_ras == "off":
         return facts
-    from watchdog.sources.nccl_ras import RasClient, RasSource, WithRas
+    from watchdog.sources.nccl_ras import DEFAULT_ADDR, RasClient, RasSource, WithRas
 
-    client = RasClient(cfg.nccl_ras_addr, deadline_s=cfg.nccl_ras_deadline_s)
-    return WithRas(facts, RasSource(client, mode=cfg.nccl_ras, interval_s=cfg.nccl_ras_interval_s))
+    client = RasClient(cfg.nccl_ras_addr or DEFAULT_ADDR, deadline_s=cfg.nccl_ras_deadline_s)
+    configured = bool(cfg.nccl_ras_addr) or cfg.nccl_ras == "on"
+    ras = RasSource(
+        client, mode=cfg.nccl_ras, interval_s=cfg.nccl_ras_interval_s, configured=configured
+    )
+    return WithRas(facts, ras)
 
 
 def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:

@@ -63,7 +63,23 @@ def _loop_series(obs: Observation, verdict: Verdict, wall: float) -> dict[str, S
     out["hang_watchdog_progress_ratio"] = _optional(verdict.progress_ratio)
     out["hang_watchdog_source_up"] = [((k,), float(v)) for k, v in sorted(obs.sources.items())]
     out["hang_watchdog_last_loop_timestamp_seconds"] = [((), wall)]
+    out.update(_ras_series(obs.facts.get("nccl_ras")))
     return out
+
+
+def _ras_series(ras: Any) -> dict[str, Series]:
+    """NCCL RAS findings (sources/rasreport.py findings()), only from a report that answered."""
+    if not isinstance(ras, dict) or not ras.get("up"):
+        return {}
+    counts = ras.get("counts") if isinstance(ras.get("counts"), dict) else {}
+    behind = [b for b in ras.get("behind") or () if isinstance(b, list) and len(b) == 2]
+    return {
+        "hang_watchdog_nccl_ras_communicators": [((), float(ras.get("communicators") or 0))],
+        "hang_watchdog_nccl_ras_ranks": [((k,), float(v)) for k, v in sorted(counts.items())],
+        "hang_watchdog_nccl_ras_rank_collectives_behind": [
+            ((str(int(rank)),), float(n)) for rank, n in behind[:64]
+        ],
+    }
 
 
 _SM = "hang_watchdog_gpu_sm_utilization_ratio"

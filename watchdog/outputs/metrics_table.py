@@ -189,6 +189,26 @@ METRICS: tuple[MetricSpec, ...] = (
         "1 while this rank waits on another (in a collective) during a hang, else 0.",
     ),
     MetricSpec(
+        "hang_watchdog_nccl_ras_communicators",
+        "gauge",
+        (),
+        "NCCL communicators in the last RAS report (absent while RAS is not answering).",
+    ),
+    MetricSpec(
+        "hang_watchdog_nccl_ras_ranks",
+        "gauge",
+        ("state",),
+        "Ranks of the last NCCL RAS report per state: unresponsive, dead, behind (fewer "
+        "collectives than their peers), async_error (absent while RAS is not answering).",
+    ),
+    MetricSpec(
+        "hang_watchdog_nccl_ras_rank_collectives_behind",
+        "gauge",
+        ("rank",),
+        "Collectives an NCCL rank completed fewer than its communicator's peers (last RAS "
+        "report); only ranks behind, at most 64.",
+    ),
+    MetricSpec(
         "hang_watchdog_rank_cause_priority",
         "gauge",
         (*RANK, "signature"),

@@ -11,17 +11,24 @@ communicators. The whole query has one hard deadline; a server that trickles byt
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
 from typing import Any
 
 from watchdog.sources.base import SourceHealth
+from watchdog.sources.rasreport import (
+    RasComm,
+    RasError,
+    RasMissing,
+    RasRank,
+    RasReport,
+    analyse,
+    findings,
+    parse_report,
+)
 
 log = logging.getLogger("hang_watchdog.sources.nccl_ras")
 
@@ -36,47 +43,6 @@ ABSENT_FIX = (
 Connect = Callable[[tuple[str, int], float], socket.socket]
 
 
-class RasError(Exception):
-    """The RAS service could not be queried; the message says why."""
-
-
-@dataclass(frozen=True)
-class RasRank:
-    rank: int
-    host: str
-    pid: int
-    cuda_dev: int
-    counts: dict[str, int]  # collectives completed, by operation (AllReduce, AllGather, ...)
-    async_error: int = 0
-    abort: bool = False
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-
-@dataclass(frozen=True)
-class RasMissing:
-    rank: int
-    host: str
-    unresponsive: bool
-    dead: bool
-
-
-@dataclass(frozen=True)
-class RasComm:
-    hash: str
-    size: int
-    ranks: tuple[RasRank, ...] = ()
-    missing: tuple[RasMissing, ...] = ()
-
-
-@dataclass(frozen=True)
-class RasReport:
-    nccl_version: str
-    comms: tuple[RasComm, ...] = field(default_factory=tuple)
-
-
 def parse_address(addr: str) -> tuple[str, int]:
     """HOST:PORT (or [v6]:PORT) as NCCL_RAS_ADDR spells it; ValueError names what is wrong."""
     host, sep, port = addr.rpartition(":")
@@ -85,73 +51,11 @@ def parse_address(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-# NCCL 2.28.x writes a missing rank's `"nvml_dev": N` without the comma before `"status"`
-# (client_support.cc jsonWriteMissingRank @ v2.28.9-1; fixed by v2.29.2-1): repaired here.
-_MISSING_COMMA = re.compile(r'("nvml_dev": -?\d+)\n(\s*"status": \{)')
-
-
-def parse_report(text: str) -> RasReport:
-    """The JSON report of `SET FORMAT json` + `STATUS` (client_support.cc jsonWrite*)."""
-    try:
-        doc = json.loads(_MISSING_COMMA.sub(r"\1,\n\2", text))
-        comms = tuple(_comm(c) for c in doc.get("communicators", []))
-        return RasReport(str(doc.get("nccl_version", "")), comms)
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise RasError(f"unexpected RAS report ({e}); JSON reports need NCCL >= 2.28.9") from e
-
-
-def _comm(c: dict[str, Any]) -> RasComm:
-    ranks = tuple(
-        RasRank(
-            int(r["rank"]),
-            str(r.get("host", "")),
-            int(r.get("pid", -1)),
-            int(r.get("cuda_dev", -1)),
-            {str(k): int(v) for k, v in r.get("collective_counts", {}).items()},
-            int(r.get("status", {}).get("async_error", 0)),
-            bool(r.get("status", {}).get("abort_flag", False)),
-        )
-        for r in c.get("ranks", [])
-    )
-    missing = tuple(
-        RasMissing(
-            int(m["rank"]),
-            str(m.get("host", "")),
-            bool(m.get("status", {}).get("unresponsive", False)),
-            bool(m.get("status", {}).get("considered_dead", False)),
-        )
-        for m in c.get("missing_ranks", [])
-    )
-    return RasComm(str(c["hash"]), int(c["size"]), ranks, missing)
-
-
-def analyse(report: RasReport) -> list[str]:
-    """Evidence lines: dead and unresponsive ranks, and ranks behind their peers' collectives."""
-    out: list[str] = []
-    for comm in report.comms:
-        where = f"NCCL communicator {comm.hash} ({comm.size} ranks)"
-        for m in comm.missing:
-            state = "considered dead" if m.dead else "unresponsive" if m.unresponsive else "missing"
-            out.append(f"{where}: rank {m.rank} on {m.host or 'unknown host'} is {state}")
-        if len(comm.ranks) < 2:
-            continue
-        peak = max(r.total for r in comm.ranks)
-        behind = sorted((r for r in comm.ranks if r.total < peak), key=lambda r: r.rank)
-        if behind and len(behind) < len(comm.ranks):
-            for r in behind[:8]:
-                out.append(
-                    f"{where}: rank {r.rank} on {r.host} stopped at collective #{r.total}; "
-                    f"its peers are at #{peak}"
-                )
-        for r in comm.ranks:
-            if r.async_error or r.abort:
-                out.append(f"{where}: rank {r.rank} reports async error {r.async_error}"
-                           f"{' and was aborted' if r.abort else ''}")  # fmt: skip
-    return out
-
-
 def _connect(addr: tuple[str, int], timeout: float) -> socket.socket:
     return socket.create_connection(addr, timeout=timeout)
+
+
+__all__ = ["RasComm", "RasMissing", "RasRank", "RasReport", "parse_report"]
 
 
 class RasClient:
@@ -230,6 +134,9 @@ class RasSource:
 
     mode "auto": a service that never answered is said once and then retried quietly every
     10 intervals; "on": retried every interval (each distinct error still logged once).
+    `configured` (an address was set, or mode "on"): a service that does not answer is a source
+    that is down (`source_up{source="nccl_ras"} 0`); not configured, it is not a source at all
+    until it first answers.
     """
 
     name = "nccl_ras"
@@ -240,9 +147,13 @@ class RasSource:
         *,
         mode: str = "auto",
         interval_s: float = 30.0,
+        configured: bool = False,
+        local_hosts: Collection[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client, self.mode, self.interval_s = client, mode, interval_s
+        self.configured = configured
+        self._local = frozenset(local_hosts) if local_hosts is not None else None
         self.health = SourceHealth(self.name, log)
         self._clock = clock
         self._lock = threading.Lock()
@@ -275,8 +186,11 @@ class RasSource:
         except RasError as e:
             self._fail(str(e))
             return
+        if self._local is None:
+            self._local = local_addresses(self.client.addr[0])
         result = {"up": True, "evidence": analyse(report), "error": None,
-                  "version": report.nccl_version, "communicators": len(report.comms)}  # fmt: skip
+                  "version": report.nccl_version, "communicators": len(report.comms),
+                  **findings(report, self._local)}  # fmt: skip
         with self._lock:
             self._ever_up = True
             self._latest = result
@@ -286,15 +200,39 @@ class RasSource:
         with self._lock:
             first_absence = not self._ever_up and self._latest.get("error") is None
             self._latest = {"up": False, "evidence": [], "error": error}
-        if self.mode == "auto" and not self._ever_up:
+        if self.mode == "auto" and not self._ever_up and not self.configured:
             if first_absence:
                 log.info("%s; NCCL's own view is not available. %s", error, ABSENT_FIX)
             self.health.up = False
             return
         self.health.down(error)
 
+    @property
+    def reported(self) -> bool:
+        """Whether this source has a `source_up` series: configured, or it answered once."""
+        return self.configured or self._ever_up
+
     def close(self) -> None:
         """Nothing to release: the query thread is a daemon and ends at its deadline."""
+
+
+def local_addresses(ras_host: str, fib_trie: str = "/proc/net/fib_trie") -> frozenset[str]:
+    """This host's addresses as a RAS report spells a rank's host (an IP address): loopback,
+    the RAS service's own address, and the kernel's LOCAL IPv4 routes (no DNS lookup)."""
+    out = {"127.0.0.1", "::1", "localhost", ras_host, socket.gethostname()}
+    try:
+        with open(fib_trie, encoding="ascii", errors="replace") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except OSError:
+        return frozenset(out)
+    last = ""
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] in ("|--", "+--"):
+            last = words[1]
+        elif line.strip().startswith("/32 host LOCAL") and last:
+            out.add(last)
+    return frozenset(out)
 
 
 class WithRas:
@@ -309,6 +247,11 @@ class WithRas:
         if isinstance(out, dict):
             return {**out, "nccl_ras": self.ras.poll()}
         return out
+
+    @property
+    def sub_sources(self) -> tuple[RasSource, ...]:
+        """The RAS source, for `source_up`, when it counts as one (RasSource.reported)."""
+        return (self.ras,) if self.ras.reported else ()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.facts, name)
