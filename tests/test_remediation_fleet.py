@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.test_remediation import SIGS, FakeDaemon, hang, make_hook, obs
 from watchdog.config import build_config
-from watchdog.remediation.fleet import fleet_block
+from watchdog.remediation.fleet import Candidate, FleetDecider, fleet_block, pick
 
 
 def _cause(rank: int | None, waiting: tuple[int, ...] = ()):
@@ -21,8 +21,10 @@ def test_standalone_servers_are_unaffected() -> None:
 
 
 def test_only_the_node_with_the_cause_rank_may_act() -> None:
-    cfg = build_config({"deployment": "llama-405b"})
-    assert fleet_block(cfg, _cause(5, (0, 1, 2))) is None
+    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+                        "fleet_settle_s": 0})  # fmt: skip
+    one = _answer([("node-a", 5, 50.0, "cubin_download_stall")], {("node-a", 5): 1000.0})
+    assert fleet_block(cfg, _cause(5, (0, 1, 2)), FleetDecider(cfg, "node-a", query=one)) is None
     why = fleet_block(cfg, _cause(None, (0, 1, 2, 3)))
     assert why is not None and "no rank on this node is the cause (ranks 0, 1, 2, 3 wait)" in why
     assert "llama-405b" in why
@@ -46,8 +48,92 @@ def test_waiting_node_hook_reports_and_never_restarts(tmp_path: Path) -> None:
     assert out.count("the node that holds the root cause decides") == 1, out  # said once
 
 
+def _answer(
+    causes: list[tuple[str, int, float, str]],
+    last: dict[tuple[str, int], float],
+    restarts: float = 0.0,
+):
+    """Prometheus's /api/v1/query `data.result` for the decider's three queries."""
+
+    def query(expr: str) -> list[dict]:
+        if expr.startswith("hang_watchdog_rank_cause_priority"):
+            return [
+                {"metric": {"node": n, "rank": str(r), "signature": sig}, "value": [0, str(p)]}
+                for n, r, p, sig in causes
+            ]
+        if expr.startswith("hang_watchdog_rank_last_progress"):
+            return [
+                {"metric": {"node": n, "rank": str(r)}, "value": [0, str(t)]}
+                for (n, r), t in last.items()
+            ]
+        assert "remediations_total" in expr and 'deployment="llama-405b"' in expr, expr
+        return [{"metric": {}, "value": [0, str(restarts)]}]
+
+    return query  # fmt: skip
+
+
+TWO_CAUSES = (
+    [("node-a", 1, 50.0, "cubin_download_stall"), ("node-b", 0, 50.0, "cubin_download_stall")],
+    {("node-a", 0): 1010.0, ("node-a", 1): 1003.0, ("node-b", 0): 1005.0, ("node-b", 1): 1009.0},
+)
+
+
+def test_two_nodes_each_holding_a_cause_agree_on_one() -> None:
+    """Each node reads the same answer; only the one whose cause rank stopped first acts."""
+    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+                        "fleet_settle_s": 0})  # fmt: skip
+    said = {}
+    for node in ("node-a", "node-b"):
+        decider = FleetDecider(cfg, node, query=_answer(*TWO_CAUSES))
+        said[node] = fleet_block(cfg, _cause(0 if node == "node-b" else 1), decider)
+    assert said["node-a"] is None, said
+    assert "the root cause is rank 1 on node node-a" in (said["node-b"] or ""), said
+
+
+def test_priority_first_then_first_stop_then_lowest_node_and_rank() -> None:
+    a = Candidate("node-b", 3, 50.0, 1000.0)
+    assert pick([Candidate("node-a", 0, 10.0, 900.0), a]) == a  # priority wins over time
+    assert pick([Candidate("node-a", 0, 50.0, 1001.0), a]) == a  # then the first to stop
+    tie = [Candidate("node-b", 0, 50.0, 1000.0), Candidate("node-a", 7, 50.0, 1000.0),
+           Candidate("node-a", 2, 50.0, 1000.0)]  # fmt: skip
+    assert pick(tie) == tie[2] and pick(list(reversed(tie))) == tie[2]
+    assert pick([]) is None
+
+
+def test_no_prometheus_means_nobody_acts_and_says_how_to_fix() -> None:
+    cfg = build_config({"deployment": "llama-405b"})
+    why = fleet_block(cfg, _cause(1), FleetDecider(cfg, "node-a"))
+    assert why is not None and "set fleet_prometheus_url" in why
+
+    def down(expr: str) -> list[dict]:
+        raise OSError("connection refused")
+
+    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x"})
+    why = fleet_block(cfg, _cause(1), FleetDecider(cfg, "node-a", query=down))
+    assert why is not None and "did not answer (connection refused)" in why
+
+
+def test_a_restart_by_another_node_starts_the_deployments_cooldown() -> None:
+    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+                        "fleet_settle_s": 0, "cooldown_s": 600})  # fmt: skip
+    decider = FleetDecider(cfg, "node-a", query=_answer(*TWO_CAUSES, restarts=1.0))
+    assert "within cooldown_s" in (fleet_block(cfg, _cause(1), decider) or "")
+
+
+def test_the_winner_waits_fleet_settle_s_before_acting() -> None:
+    now = [0.0]
+    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+                        "fleet_settle_s": 10})  # fmt: skip
+    decider = FleetDecider(cfg, "node-a", query=_answer(*TWO_CAUSES), clock=lambda: now[0])
+    assert "fleet_settle_s" in (fleet_block(cfg, _cause(1), decider) or "")
+    now[0] = 10.0
+    assert fleet_block(cfg, _cause(1), decider) is None
+
+
 def test_cause_node_hook_restarts_once(tmp_path: Path) -> None:
-    hook, restarter, _ = make_hook(tmp_path, deployment="llama-405b")
+    hook, restarter, _ = make_hook(tmp_path, deployment="llama-405b",
+                                   fleet_prometheus_url="http://x", fleet_settle_s=0)  # fmt: skip
+    hook.fleet = FleetDecider(hook.cfg, "node-a", query=_answer(*TWO_CAUSES))
     daemon = FakeDaemon({"vllm": "0.14.0"})
     hook.on_tick(obs(1.0), _cause(None, (0, 1)), daemon)  # stacks not in yet: no cause named
     assert restarter.calls == []

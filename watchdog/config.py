@@ -110,6 +110,14 @@ class Config:
         choices=("cause", "leader"),
     )
     fleet_leader: bool = _f(False, "in leader mode, this instance restarts the whole deployment")
+    fleet_prometheus_url: str = _f(
+        "",
+        "in cause mode, the Prometheus (http://HOST:PORT) every watchdog of the deployment "
+        "reads: the node whose rank it names as the root cause restarts, the others do not",
+    )
+    fleet_settle_s: float = _f(
+        10.0, "in cause mode, how long this node must hold the root cause before it acts", lo=0
+    )
     nccl_ras: str = _f(
         "auto",
         "query NCCL's RAS service (read-only): auto (absence said once, retried rarely), on, off",

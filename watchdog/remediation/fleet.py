@@ -2,24 +2,166 @@
 
 Every node of a deployment has its own watchdog and each sees the hang: the ranks on the other
 nodes wait in a collective for the one that is stuck. If each restarted its own server, a
-deployment would be torn down N times and the cause restarted last. With `deployment` set:
+deployment would be torn down N times. With `deployment` set:
 
-- `fleet_remediation = "cause"`: only the watchdog whose own verdict names the cause rank (a
-  download, a spinning kernel, the rank its peers wait on) acts; the others report and wait.
+- `fleet_remediation = "cause"`: the decision comes from the answer every watchdog of the
+  deployment reads from the same Prometheus (`fleet_prometheus_url`), with no aggregator of
+  our own: of the ranks the watchdogs name as a cause (hang_watchdog_rank_cause_priority), the
+  one with the highest signature priority, then the first to stop (the oldest
+  hang_watchdog_rank_last_progress_timestamp_seconds), then the lowest (node, rank), wins.
+  Only the watchdog of the winner's node acts, and only after it has been the winner for
+  `fleet_settle_s` (so a cause on another node that Prometheus has not scraped yet can still
+  take the decision). Two nodes that each hold a local cause thus restart once. Without
+  `fleet_prometheus_url`, or while Prometheus does not answer, nobody acts (said once).
 - `fleet_remediation = "leader"`: only the instance with `fleet_leader = true` acts (the one
   whose restarter restarts the whole deployment, e.g. the LeaderWorkerSet leader pod).
 
-Limits (cooldown, max_restarts) and dry-run live with the one instance that acts, so they count
-per deployment.
+Limits: in cause mode the cooldown and max_restarts count every watchdog of the deployment
+(hang_watchdog_remediations_total{outcome="restarted"} over Prometheus), so a restart by one
+node starts the cooldown of all; in leader mode the leader's own state is the deployment's.
+Dry-run is each instance's own key; set it alike on every node.
 """
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
 from watchdog.config import Config
 from watchdog.core.model import Verdict
 
+Query = Callable[[str], list[dict[str, Any]]]  # PromQL -> the API's `data.result`
+CAUSE = "hang_watchdog_rank_cause_priority"
+LAST = "hang_watchdog_rank_last_progress_timestamp_seconds"
+RESTARTS = "hang_watchdog_remediations_total"
 
-def fleet_block(cfg: Config, verdict: Verdict) -> str | None:
+
+@dataclass(frozen=True)
+class Candidate:
+    """A rank some watchdog of the deployment names as the cause."""
+
+    node: str
+    rank: int
+    priority: float
+    last_progress: float  # unix time; +inf when unknown (sorts last among equals)
+    signature: str = ""
+
+
+def pick(candidates: Sequence[Candidate]) -> Candidate | None:
+    """The one cause every node agrees on: highest priority, first to stop, lowest (node, rank)."""
+    return min(
+        candidates,
+        key=lambda c: (-c.priority, c.last_progress, c.node, c.rank),
+        default=None,
+    )
+
+
+def candidates(causes: list[dict[str, Any]], progress: list[dict[str, Any]]) -> list[Candidate]:
+    """Prometheus instant-query results (metric labels, [t, "value"]) as candidates."""
+    last: dict[tuple[str, str], float] = {}
+    for s in progress:
+        key = (s["metric"].get("node", ""), s["metric"].get("rank", ""))
+        last[key] = min(float(s["value"][1]), last.get(key, math.inf))
+    out = []
+    for s in causes:
+        m = s["metric"]
+        try:
+            rank = int(m.get("rank", ""))
+        except ValueError:
+            continue
+        node = m.get("node", "")
+        out.append(Candidate(node, rank, float(s["value"][1]), last.get((node, str(rank)),
+                                                                       math.inf),
+                             m.get("signature", "")))  # fmt: skip
+    return out
+
+
+def http_query(url: str, timeout_s: float = 5.0) -> Query:
+    """Prometheus's /api/v1/query (GET); raises OSError-like errors the decider reports."""
+    import httpx
+
+    def query(expr: str) -> list[dict[str, Any]]:
+        resp = httpx.get(f"{url.rstrip('/')}/api/v1/query", params={"query": expr},
+                         timeout=timeout_s)  # fmt: skip
+        body = resp.json()
+        if resp.status_code != 200 or body.get("status") != "success":
+            raise ValueError(f"Prometheus answered {resp.status_code}: {body.get('error', '')}")
+        return list(body["data"]["result"])
+
+    return query
+
+
+class FleetDecider:
+    """Whether this node's watchdog may restart the deployment now (cause mode)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        node: str,
+        query: Query | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cfg, self.node, self.clock = cfg, node, clock
+        url = cfg.fleet_prometheus_url
+        self.query = query if query is not None else (http_query(url) if url else None)
+        self._winner_since: float | None = None
+
+    def block(self, verdict: Verdict) -> str | None:
+        """Why not (a sentence), or None when this node holds the deployment's cause."""
+        where = f"deployment {self.cfg.deployment!r}"
+        if self.query is None:
+            return (f"{where}: set fleet_prometheus_url (the Prometheus every node's watchdog "
+                    "reads) so one node decides, or use fleet_remediation = 'leader'")  # fmt: skip
+        dep = _quote(self.cfg.deployment)
+        try:
+            found = candidates(self.query(f'{CAUSE}{{deployment="{dep}"}}'),
+                               self.query(f'{LAST}{{deployment="{dep}"}}'))  # fmt: skip
+            recent = self._recent_restarts(dep)
+        except Exception as exc:  # noqa: BLE001 - any failure to read Prometheus means: wait
+            self._winner_since = None
+            return f"{where}: Prometheus at {self.cfg.fleet_prometheus_url} did not answer ({exc})"
+        return self._decide(where, pick(found), recent, verdict)
+
+    def _decide(
+        self, where: str, win: Candidate | None, recent: float, verdict: Verdict
+    ) -> str | None:
+        if recent >= 1 and self.cfg.cooldown_s > 0:
+            self._winner_since = None
+            return f"{where}: restarted by one of its watchdogs within cooldown_s"
+        if win is None or win.node != self.node:
+            self._winner_since = None
+            if win is None:
+                return f"{where}: Prometheus has no cause rank for it yet"
+            return (f"{where}: the root cause is rank {win.rank} on node {win.node} "
+                    f"({win.signature}); that node's watchdog decides")  # fmt: skip
+        now = self.clock()
+        if self._winner_since is None:
+            self._winner_since = now
+        if now - self._winner_since < self.cfg.fleet_settle_s:
+            return (f"{where}: this node holds the root cause; acting once Prometheus has named "
+                    f"it for fleet_settle_s ({self.cfg.fleet_settle_s:g} s)")  # fmt: skip
+        return None
+
+    def _recent_restarts(self, dep: str) -> float:
+        """Restarts by any watchdog of the deployment within the cooldown (0 without one)."""
+        if self.cfg.cooldown_s <= 0:
+            return 0.0
+        window = f"{max(1, int(self.cfg.cooldown_s))}s"
+        expr = (f'sum(increase({RESTARTS}{{outcome="restarted"}}[{window}]) '
+                "* on (instance, job) group_left (deployment) "
+                f'hang_watchdog_deployment_info{{deployment="{dep}"}})')  # fmt: skip
+        result = self.query(expr) if self.query is not None else []
+        return float(result[0]["value"][1]) if result else 0.0
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def fleet_block(cfg: Config, verdict: Verdict, decider: FleetDecider | None = None) -> str | None:
     """Why this instance must not act for its deployment, or None when it may (or no fleet)."""
     if not cfg.deployment:
         return None
@@ -35,4 +177,6 @@ def fleet_block(cfg: Config, verdict: Verdict) -> str | None:
             f"{where}: no rank on this node is the cause{waiting}; "
             "the node that holds the root cause decides"
         )
-    return None
+    if decider is None:
+        return f"{where}: no fleet decider (fleet_prometheus_url unset)"
+    return decider.block(verdict)

@@ -16,7 +16,7 @@ from watchdog.config import Config
 from watchdog.core.model import Observation, Verdict
 from watchdog.core.signatures import SignatureSet
 from watchdog.remediation.canary import CanaryHook
-from watchdog.remediation.fleet import fleet_block
+from watchdog.remediation.fleet import FleetDecider, fleet_block
 from watchdog.remediation.limits import Gate, SteadyWall, clamp_future, gate
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
@@ -24,6 +24,15 @@ from watchdog.remediation.state import StateError, StateStore
 from watchdog.remediation.verify import Outcome, SmokeTest, Verifier
 
 log = logging.getLogger("hang_watchdog.remediation")
+
+
+def _decider(cfg: Config) -> FleetDecider | None:
+    """Cause mode of a deployment: the Prometheus-answer decider (remediation/fleet.py)."""
+    if not cfg.deployment or cfg.fleet_remediation != "cause":
+        return None
+    from watchdog.outputs.fleet import FleetLabels
+
+    return FleetDecider(cfg, FleetLabels.resolve(cfg.deployment, cfg.node).node)
 
 
 class RemediationHook:
@@ -42,8 +51,10 @@ class RemediationHook:
         canary: CanaryHook | None = None,
         wall: Callable[[], float] | None = None,
         engine: Any = None,
+        fleet: FleetDecider | None = None,
     ) -> None:
         self.engine = engine  # EngineRef: whose spelling of each fallback to use
+        self.fleet = fleet if fleet is not None else _decider(cfg)
         self.cfg, self.sigs, self.restarter, self.store = cfg, sigs, restarter, store
         self.metrics, self.episodes, self.busy, self.canary, self.wall = (
             metrics,
@@ -112,7 +123,7 @@ class RemediationHook:
             why = f"confidence {verdict.confidence:.2f} < remediate_min_confidence {floor:.2f}"
             self._skip(daemon, key, plan.action, f"not acting on {plan.signature}: {why}")
             return  # not handled: the confidence may still rise within this episode
-        fleet = fleet_block(self.cfg, verdict)
+        fleet = fleet_block(self.cfg, verdict, self.fleet)
         if fleet:
             self._skip(daemon, key, plan.action, f"not acting on {plan.signature}: {fleet}")
             return  # not handled: the stacks that name the cause rank may still arrive
