@@ -10,6 +10,7 @@ InferenceDeploymentHung naming node a and rank 1; every per-node alert is inhibi
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -91,15 +92,15 @@ def start_alertmanager(tmp: Path) -> Service:
     return Service(argv, f"http://127.0.0.1:{port}", tmp / "alertmanager.log")
 
 
-def start_prometheus(tmp: Path, targets: list[str], am_url: str) -> Service:
-    config = {
+def start_prometheus(tmp: Path, targets: list[str], am_url: str | None) -> Service:
+    config: dict[str, Any] = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(r) for r in RULES],
-        "alerting": {
-            "alertmanagers": [{"static_configs": [{"targets": [am_url.split("//", 1)[1]]}]}]
-        },
         "scrape_configs": [{"job_name": "hang-watchdog", "static_configs": [{"targets": targets}]}],
     }
+    if am_url is not None:
+        am = am_url.split("//", 1)[1]
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [am]}]}]}
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     argv = [_binary("prometheus"), f"--config.file={tmp / 'prometheus.yml'}"]
@@ -111,14 +112,23 @@ def start_prometheus(tmp: Path, targets: list[str], am_url: str) -> Service:
 class NodeWatchdog:
     """`hang-watchdog run` for one simulated node, with its own node label and metrics port."""
 
-    def __init__(self, tmp: Path, sim: SimHandle, node: str, cdn_port: int) -> None:
-        self.target = f"127.0.0.1:{free_port()}"
+    def __init__(
+        self,
+        tmp: Path,
+        sim: SimHandle,
+        node: str,
+        cdn_port: int,
+        *,
+        target: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        self.target = target or f"127.0.0.1:{free_port()}"
         self.log = tmp / f"watchdog-{node}.log"
         argv = [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid)]
         argv += ["--vllm-url", f"http://127.0.0.1:{sim.port}", "--log-file", str(sim.log_file)]
         argv += ["--gpu-source", f"file:{sim.gpu_file}", "--metrics-addr", self.target]
         argv += ["--deployment", DEPLOYMENT, "--node", node, *SHORT]
-        argv += ["--cdn-host", f"127.0.0.1:{cdn_port}", "--no-cdn-default"]
+        argv += ["--cdn-host", f"127.0.0.1:{cdn_port}", "--no-cdn-default", *extra]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, env=sim_env(), cwd=tmp
@@ -209,3 +219,62 @@ def test_two_nodes_one_root_cause_alert_and_the_rest_inhibited(
         for node in nodes:
             node.stop()
         am.stop()
+
+
+def _remediation_config(tmp: Path, node: str, prom_url: str) -> Path:
+    """Remediation on, the command restarter appending this node's name to a shared file."""
+    marker = tmp / "restarts.txt"
+    script = f"open({str(marker)!r}, 'a').write({node!r} + '\\n')"
+    path = tmp / f"{node}.toml"
+    path.write_text(
+        "remediate = true\n"
+        'restarter = "command"\n'
+        f'restart_command = [{json.dumps(sys.executable)}, "-c", {json.dumps(script)}]\n'
+        f"state_dir = {json.dumps(str(tmp / ('state-' + node)))}\n"
+        'fleet_remediation = "cause"\n'
+        f"fleet_prometheus_url = {json.dumps(prom_url)}\n"
+        "fleet_settle_s = 5\n"
+        "smoke_test = false\n"
+    )
+    return path
+
+
+def test_two_nodes_each_holding_a_cause_restart_once(
+    tmp_path: Path, sim_factory: Callable[..., SimHandle], cdn_factory: Callable[[str], int]
+) -> None:
+    """Both nodes hold a cause (each a rank stuck in the cubin download): every watchdog reads
+    the same Prometheus, and only the node whose cause rank stopped first restarts."""
+    cdn = cdn_factory("blackhole")
+    url = ["--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"]
+    tp = ["--tp", "2", "--gpus", "2"]
+    sims = {
+        "node-a": sim_factory("cubin_download_stall", mode="serve",
+                              extra_args=[*tp, "--hang-rank", "1", *url]),
+        "node-b": sim_factory("cubin_download_stall", mode="serve",
+                              extra_args=[*tp, "--hang-rank", "0", *url]),
+    }  # fmt: skip
+    targets = {node: f"127.0.0.1:{free_port()}" for node in sims}
+    prom = start_prometheus(tmp_path, list(targets.values()), None)
+    nodes = [
+        NodeWatchdog(tmp_path, sim, node, cdn, target=targets[node],
+                     extra=("--config", str(_remediation_config(tmp_path, node, prom.url))))
+        for node, sim in sims.items()
+    ]  # fmt: skip
+    marker = tmp_path / "restarts.txt"
+    try:
+        wait_for(marker.exists, 150, f"a restart (see {tmp_path})")
+        time.sleep(15)  # the other node has every chance to restart too: it must not
+        (root,) = _query(prom, "hang_watchdog:deployment_root_cause:priority")
+        named = root["metric"]["node"]
+        restarts = marker.read_text().split()
+        print(f"restarts: {restarts}; root cause in Prometheus: rank {root['metric']['rank']} "
+              f"on {named}")  # fmt: skip
+        assert restarts == [named], restarts
+        causes = _query(prom, "hang_watchdog_rank_cause_priority")
+        assert {c["metric"]["node"] for c in causes} == {"node-a", "node-b"}, causes
+        other = next(n for n in nodes if n.target != targets[named])
+        assert "that node's watchdog decides" in other.log.read_text()
+    finally:
+        prom.stop()
+        for node in nodes:
+            node.stop()

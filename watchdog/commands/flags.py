@@ -105,6 +105,7 @@ METAVARS = {
     "journal_unit": "UNIT",
     "log_files": "FILE",
     "vllm_url": "URL",
+    "fleet_prometheus_url": "URL",
     "gpu_source": "SOURCE",
     "gpus": "GPU",
     "cdn_hosts": "HOST[:PORT]",
