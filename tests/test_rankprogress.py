@@ -149,3 +149,16 @@ def test_export_carries_each_ranks_own_time() -> None:
     last = {key[3]: value for key, value in series[LAST_PROGRESS]}
     wall = obs[-1].wall
     assert last == {"0": wall - 3, "1": wall - 3, "2": wall - 5, "3": wall - 3}, last
+
+
+def test_the_verdict_says_which_rank_stopped_first_only_when_ranks_differ() -> None:
+    from watchdog.core.rankprogress import describe_progress
+
+    tl = Timeline(procs=_procs())
+    busy = {"gpus": _gpus({0: 0.5, 1: 0.5, 3: 0.5})}
+    line = describe_progress(rank_progress(window_of(_hang(tl, [busy, busy, {}, {}, {}])), BUSY))
+    assert (
+        line == "rank 2 stopped first (no progress for 5 s); ranks 0, 1, 3 last moved 3 s ago (gpu)"
+    )
+    same = rank_progress(window_of(_hang(Timeline(procs=_procs()), [{}, {}])), BUSY)
+    assert describe_progress(same) == ""

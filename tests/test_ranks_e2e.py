@@ -61,6 +61,8 @@ def _check_ranks(verdict: dict, cause: int, activity: str) -> None:
         if r != cause:
             assert progress[r]["signal"] == "gpu", progress
             assert progress[cause]["seconds"] >= progress[r]["seconds"] + 1, progress
+    first = next(e["detail"] for e in verdict["evidence"] if e["kind"] == "rank_progress")
+    assert first.startswith(f"rank {cause} stopped first"), first
     line = next(e["detail"] for e in verdict["evidence"] if e["kind"] == "rank_cause")
     assert line.startswith(f"rank {cause} (worker) is in "), line
     assert "3 other ranks wait for it" in line

@@ -12,7 +12,7 @@ from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
-from watchdog.core.rankprogress import rank_progress
+from watchdog.core.rankprogress import describe_progress, rank_progress
 from watchdog.core.ranks import Attribution, attribute, describe
 from watchdog.core.redact import redact_argv
 from watchdog.core.signatures import Rule, Signature, SignatureSet
@@ -41,6 +41,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     ctx = Context(window, obs, th)
     stall = ctx.stall
     ranks = _ranks(ctx)
+    progress = rank_progress(window, th.gpu_busy_dram)
     common = {
         "suspicious": stall.suspicious,
         "seconds_since_progress": stall.seconds,
@@ -49,8 +50,12 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         "cause_rank": ranks.cause_rank,
         "cause_role": ranks.cause_role,
         "waiting_ranks": ranks.waiting_ranks,
-        "rank_progress": rank_progress(window, th.gpu_busy_dram),
+        "rank_progress": progress,
     }
+    per_rank = describe_progress(progress)
+    ranks_ev = _rank_evidence(ranks) + (
+        (Evidence("ranks", "rank_progress", per_rank),) if per_rank else ()
+    )
     matches = [m for m in (_match(s, ctx) for s in sigs.signatures) if m is not None]
     if matches:
         sig, conf, ev = max(matches, key=lambda m: (m[0].priority, m[1]))
@@ -63,7 +68,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             confidence=round(min(conf, 1.0), 3),
             # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
             evidence=tuple(ev)
-            + _rank_evidence(ranks)
+            + ranks_ev
             + _ras_evidence(ctx)
             + (() if any(e.source == "gpu" for e in ev) else ctx.gpu_figures())
             + ctx.capture_problems(),
@@ -93,7 +98,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     if state == "stalled":
         evidence = (
             (Evidence("progress", "no_progress", stall.detail),)
-            + _rank_evidence(ranks)
+            + ranks_ev
             + _ras_evidence(ctx)
             + ctx.gpu_figures()
             + ctx.capture_problems()

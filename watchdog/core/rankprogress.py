@@ -17,7 +17,7 @@ sockets while making none.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from watchdog.core.model import Observation, RankProgress, StackSample
@@ -132,6 +132,21 @@ def _ras(o: Observation, latest: _Latest, counts: dict[int, int], after: bool) -
         counts[pid] = n
         if after and before is not None and n > before:
             latest.bump(pid, o.t, "nccl_ras")
+
+
+def describe_progress(progress: Sequence[RankProgress]) -> str:
+    """ "rank 2 stopped first (no progress for 19 s); ranks 0, 1, 3 last moved 17 s ago (gpu)",
+    or "" when every rank shares one time (nothing per rank to tell)."""
+    first = first_to_stop(progress)
+    if first is None or len({rp.seconds for rp in progress}) < 2:
+        return ""
+    rest = [rp for rp in progress if rp.pid != first.pid]
+    newest = min(rest, key=lambda rp: rp.seconds)
+    ranks = ", ".join(str(rp.rank) for rp in rest[:16]) + (", ..." if len(rest) > 16 else "")
+    signals = ", ".join(sorted({rp.signal for rp in rest}))
+    return (f"rank {first.rank} stopped first (no progress for {first.seconds:.0f} s); "
+            f"rank{'s' if len(rest) > 1 else ''} {ranks} last moved {newest.seconds:.0f} s "
+            f"ago ({signals})")  # fmt: skip
 
 
 def first_to_stop(progress: Iterable[RankProgress]) -> RankProgress | None:
