@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tests.test_remediation import SIGS, FakeDaemon, hang, make_hook, obs
+from tests.test_remediation import SIGS, FakeDaemon, hang, make_hook, metric, obs
 from watchdog.config import build_config
 from watchdog.remediation.fleet import Candidate, FleetDecider, fleet_block, pick
 
@@ -51,9 +51,10 @@ def test_waiting_node_hook_reports_and_never_restarts(tmp_path: Path) -> None:
 def _answer(
     causes: list[tuple[str, int, float, str]],
     last: dict[tuple[str, int], float],
-    restarts: float = 0.0,
+    restarts: float | None = None,
+    last_restart: float | None = None,
 ):
-    """Prometheus's /api/v1/query `data.result` for the decider's three queries."""
+    """Prometheus's /api/v1/query `data.result` for the decider's queries."""
 
     def query(expr: str) -> list[dict]:
         if expr.startswith("hang_watchdog_rank_cause_priority"):
@@ -66,8 +67,10 @@ def _answer(
                 {"metric": {"node": n, "rank": str(r)}, "value": [0, str(t)]}
                 for (n, r), t in last.items()
             ]
-        assert "remediations_total" in expr and 'deployment="llama-405b"' in expr, expr
-        return [{"metric": {}, "value": [0, str(restarts)]}]
+        assert 'deployment="llama-405b"' in expr, expr
+        value = last_restart if "last_restart_timestamp" in expr else restarts
+        assert "last_restart_timestamp" in expr or "increase(" in expr, expr
+        return [] if value is None else [{"metric": {}, "value": [0, str(value)]}]
 
     return query  # fmt: skip
 
@@ -116,8 +119,22 @@ def test_no_prometheus_means_nobody_acts_and_says_how_to_fix() -> None:
 def test_a_restart_by_another_node_starts_the_deployments_cooldown() -> None:
     cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
                         "fleet_settle_s": 0, "cooldown_s": 600})  # fmt: skip
-    decider = FleetDecider(cfg, "node-a", query=_answer(*TWO_CAUSES, restarts=1.0))
-    assert "within cooldown_s" in (fleet_block(cfg, _cause(1), decider) or "")
+    answer = _answer(*TWO_CAUSES, restarts=1.0, last_restart=1.7e9 - 100)
+    decider = FleetDecider(cfg, "node-a", query=answer, wall=lambda: 1.7e9)
+    why = fleet_block(cfg, _cause(1), decider) or ""
+    assert "restarted by one of its watchdogs 100 s ago, within cooldown_s (600 s)" in why, why
+    later = FleetDecider(cfg, "node-a", query=answer, wall=lambda: 1.7e9 + 600)
+    assert fleet_block(cfg, _cause(1), later) is None
+
+
+def test_restarts_by_every_node_count_toward_one_cap() -> None:
+    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+                        "fleet_settle_s": 0, "max_restarts": 3})  # fmt: skip
+    for count, blocked in ((1.9, False), (2.96, True)):  # increase() extrapolates
+        answer = _answer(*TWO_CAUSES, restarts=count)
+        why = fleet_block(cfg, _cause(1), FleetDecider(cfg, "node-a", query=answer))
+        assert (why is not None) == blocked, why
+    assert "3 restarts by its watchdogs within restart_window_s (max_restarts 3)" in (why or "")
 
 
 def test_the_winner_waits_fleet_settle_s_before_acting() -> None:
@@ -131,8 +148,10 @@ def test_the_winner_waits_fleet_settle_s_before_acting() -> None:
 
 
 def test_cause_node_hook_restarts_once(tmp_path: Path) -> None:
-    hook, restarter, _ = make_hook(tmp_path, deployment="llama-405b",
-                                   fleet_prometheus_url="http://x", fleet_settle_s=0)  # fmt: skip
+    fleet = {"deployment": "llama-405b", "fleet_prometheus_url": "http://x", "fleet_settle_s": 0}
+    hook, restarter, sink = make_hook(tmp_path, **fleet)
+    assert metric(sink, "hang_watchdog_remediation_restarts_total") == 0.0  # there from the start
+    assert metric(sink, "hang_watchdog_remediation_last_restart_timestamp_seconds") is None
     hook.fleet = FleetDecider(hook.cfg, "node-a", query=_answer(*TWO_CAUSES))
     daemon = FakeDaemon({"vllm": "0.14.0"})
     hook.on_tick(obs(1.0), _cause(None, (0, 1)), daemon)  # stacks not in yet: no cause named
@@ -143,3 +162,7 @@ def test_cause_node_hook_restarts_once(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert len(restarter.calls) == 1, restarter.calls
     assert SIGS.get("trtllm_attention_deadlock") is not None
+    # What the other nodes' deciders read for the deployment's cooldown and cap.
+    assert metric(sink, "hang_watchdog_remediation_restarts_total") == 1.0
+    last = metric(sink, "hang_watchdog_remediation_last_restart_timestamp_seconds")
+    assert last is not None and abs(last - time.time()) < 60, last

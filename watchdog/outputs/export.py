@@ -119,6 +119,8 @@ class MetricsSink(Collector):
         self._remediations: dict[tuple[str, str], float] = {}
         self._fallbacks: dict[str, bool] = {}
         self._exhausted = False
+        self._restarts = 0.0
+        self._last_restart: float | None = None
         self._plan: tuple[str, ...] | None = None  # labels of hang_watchdog_remediation_plan_info
         self._buckets = [0.0] * len(LOOP_BUCKETS)
         self._loop_count = 0
@@ -207,6 +209,12 @@ class MetricsSink(Collector):
         with self._lock:
             self._exhausted = exhausted
 
+    def set_restarts(self, last_wall: float | None, started: int = 0) -> None:
+        """The last restart's time (from the state) and `started` more restarts begun now."""
+        with self._lock:
+            self._last_restart = last_wall
+            self._restarts += started
+
     def seconds_since_loop(self) -> float:
         """Seconds since the last completed loop (or since construction, before the first)."""
         with self._lock:
@@ -255,5 +263,9 @@ class MetricsSink(Collector):
                 ((f,), float(a)) for f, a in sorted(self._fallbacks.items())
             ],
             "hang_watchdog_remediation_exhausted": [((), float(self._exhausted))],
+            "hang_watchdog_remediation_restarts_total": [((), self._restarts)],
+            "hang_watchdog_remediation_last_restart_timestamp_seconds": _optional(
+                self._last_restart
+            ),
             "hang_watchdog_remediation_plan_info": [(self._plan, 1.0)] if self._plan else [],
         }

@@ -162,6 +162,20 @@ METRICS: tuple[MetricSpec, ...] = (
         "1 when the restart cap was hit; the watchdog no longer acts until an operator clears it.",
     ),
     MetricSpec(
+        "hang_watchdog_remediation_restarts_total",
+        "counter",
+        (),
+        "Restarts this watchdog started (from 0 at each start; fleet cause mode sums it over a "
+        "deployment for max_restarts).",
+    ),
+    MetricSpec(
+        "hang_watchdog_remediation_last_restart_timestamp_seconds",
+        "gauge",
+        (),
+        "Unix time of the last restart this watchdog recorded (kept across its restarts); "
+        "absent before the first. Fleet cause mode reads it for a deployment-wide cooldown.",
+    ),
+    MetricSpec(
         "hang_watchdog_remediation_plan_info",
         "gauge",
         ("signature", "fallback", "mode", "args", "env"),

@@ -17,8 +17,10 @@ deployment would be torn down N times. With `deployment` set:
   whose restarter restarts the whole deployment, e.g. the LeaderWorkerSet leader pod).
 
 Limits: in cause mode the cooldown and max_restarts count every watchdog of the deployment
-(hang_watchdog_remediations_total{outcome="restarted"} over Prometheus), so a restart by one
-node starts the cooldown of all; in leader mode the leader's own state is the deployment's.
+(hang_watchdog_remediation_last_restart_timestamp_seconds and the increase of
+hang_watchdog_remediation_restarts_total over restart_window_s, read from the same
+Prometheus), so a restart by one node starts the cooldown of all and counts toward one cap; the
+acting node's own limits apply too. In leader mode the leader's own state is the deployment's.
 Dry-run is each instance's own key; set it alike on every node.
 """
 
@@ -36,7 +38,8 @@ from watchdog.core.model import Verdict
 Query = Callable[[str], list[dict[str, Any]]]  # PromQL -> the API's `data.result`
 CAUSE = "hang_watchdog_rank_cause_priority"
 LAST = "hang_watchdog_rank_last_progress_timestamp_seconds"
-RESTARTS = "hang_watchdog_remediations_total"
+RESTARTS = "hang_watchdog_remediation_restarts_total"
+LAST_RESTART = "hang_watchdog_remediation_last_restart_timestamp_seconds"
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,9 @@ class FleetDecider:
         node: str,
         query: Query | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
-        self.cfg, self.node, self.clock = cfg, node, clock
+        self.cfg, self.node, self.clock, self.wall = cfg, node, clock, wall
         url = cfg.fleet_prometheus_url
         self.query = query if query is not None else (http_query(url) if url else None)
         self._winner_since: float | None = None
@@ -119,18 +123,16 @@ class FleetDecider:
         try:
             found = candidates(self.query(f'{CAUSE}{{deployment="{dep}"}}'),
                                self.query(f'{LAST}{{deployment="{dep}"}}'))  # fmt: skip
-            recent = self._recent_restarts(dep)
+            limited = self._limits(dep)
         except Exception as exc:  # noqa: BLE001 - any failure to read Prometheus means: wait
             self._winner_since = None
             return f"{where}: Prometheus at {self.cfg.fleet_prometheus_url} did not answer ({exc})"
-        return self._decide(where, pick(found), recent, verdict)
+        return self._decide(where, pick(found), limited)
 
-    def _decide(
-        self, where: str, win: Candidate | None, recent: float, verdict: Verdict
-    ) -> str | None:
-        if recent >= 1 and self.cfg.cooldown_s > 0:
+    def _decide(self, where: str, win: Candidate | None, limited: str | None) -> str | None:
+        if limited:
             self._winner_since = None
-            return f"{where}: restarted by one of its watchdogs within cooldown_s"
+            return f"{where}: {limited}"
         if win is None or win.node != self.node:
             self._winner_since = None
             if win is None:
@@ -145,16 +147,31 @@ class FleetDecider:
                     f"it for fleet_settle_s ({self.cfg.fleet_settle_s:g} s)")  # fmt: skip
         return None
 
-    def _recent_restarts(self, dep: str) -> float:
-        """Restarts by any watchdog of the deployment within the cooldown (0 without one)."""
-        if self.cfg.cooldown_s <= 0:
-            return 0.0
-        window = f"{max(1, int(self.cfg.cooldown_s))}s"
-        expr = (f'sum(increase({RESTARTS}{{outcome="restarted"}}[{window}]) '
-                "* on (instance, job) group_left (deployment) "
-                f'hang_watchdog_deployment_info{{deployment="{dep}"}})')  # fmt: skip
+    def _limits(self, dep: str) -> str | None:
+        """The deployment's cooldown and cap, over every watchdog of it (None: within them)."""
+        cfg, join = (
+            self.cfg,
+            (
+                " * on (instance, job) group_left (deployment) "
+                f'hang_watchdog_deployment_info{{deployment="{dep}"}}'
+            ),
+        )
+        last = self._scalar(f"max({LAST_RESTART}{join})")
+        if last is not None and cfg.cooldown_s > 0:
+            ago = self.wall() - last
+            if ago < cfg.cooldown_s:
+                return (f"restarted by one of its watchdogs {max(ago, 0):.0f} s ago, within "
+                        f"cooldown_s ({cfg.cooldown_s:g} s)")  # fmt: skip
+        window = f"{max(1, int(cfg.restart_window_s))}s"
+        count = self._scalar(f"sum(increase({RESTARTS}[{window}]){join})")
+        if count is not None and round(count) >= cfg.max_restarts:
+            return (f"{round(count)} restarts by its watchdogs within restart_window_s "
+                    f"(max_restarts {cfg.max_restarts})")  # fmt: skip
+        return None
+
+    def _scalar(self, expr: str) -> float | None:
         result = self.query(expr) if self.query is not None else []
-        return float(result[0]["value"][1]) if result else 0.0
+        return float(result[0]["value"][1]) if result else None
 
 
 def _quote(value: str) -> str:

@@ -209,7 +209,7 @@ class RemediationHook:
                 f"not restarting: {failed}; make {self.store.dir} writable by the watchdog "
                 "(or set state_dir to a directory that is)"
             )
-        self._export_state()
+        self._export_state(started=1)
         if self.metrics is not None:
             self.metrics.set_plan(plan.to_dict(), dry_run=False)
         self._plan, self._bundle = plan, self._incident()
@@ -337,10 +337,13 @@ class RemediationHook:
         if self.metrics is not None:
             self.metrics.remediation(action, outcome)
 
-    def _export_state(self) -> None:
+    def _export_state(self, started: int = 0) -> None:
         if self.metrics is None:
             return
         self.metrics.set_remediation_exhausted(self.state.exhausted)
+        setter = getattr(self.metrics, "set_restarts", None)
+        if setter is not None:
+            setter(max(self.state.restarts, default=None), started)
         active = set((self.state.active or {}).get("fallbacks") or [])
         for name in self.sigs.fallbacks:
             self.metrics.set_fallback_active(name, name in active)
