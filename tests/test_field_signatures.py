@@ -177,6 +177,58 @@ def test_nothing_running_with_requests_waiting_is_the_admission_deadlock(
     assert named(lines("n48_vllm16361_idle_stats.log"), sigs) == []
 
 
+def test_real_v0_log_with_pending_and_none_running_is_the_admission_deadlock(
+    sigs: SignatureSet,
+) -> None:
+    """vllm PR #8378: requests stack up in Pending with nothing running; cut before the stall
+    (Pending 12 while prompts still flow at 70.6 tok/s) it names nothing."""
+    stalled = lines("n86_vllm8378_v0_pending_none_running.log")
+    assert named(stalled, sigs) == ["scheduler_admission_deadlock"]
+    assert named(lines("n87_vllm8378_v0_pending_while_prefilling.log"), sigs) == []
+    # A request running with zero throughput (vllm #17972) stalls inside a step: not admission.
+    assert named(lines("n88_vllm17972_running1_zero_throughput_health200.log"), sigs) == []
+
+
+def test_llguidance_toktrie_panic_is_the_structured_output_freeze(sigs: SignatureSet) -> None:
+    """vllm #21204: the guidance backend's Rust token trie panics and the request hangs; a Rust
+    panic from another crate (huggingface/tokenizers #444) or the tokenizers fork warning a run
+    serves through (vllm #15056) names nothing."""
+    panic = lines("n89_vllm21204_llguidance_toktrie_panic.log")
+    assert named(panic, sigs) == ["structured_output_or_tokenizer_freeze"]
+    assert named(lines("n103_tokenizers444_rust_panic_not_toktrie.log"), sigs) == []
+    assert named(lines("n91_vllm15056_tokenizers_fork_warning.log"), sigs) == []
+
+
+def test_live_watchdog_names_the_llguidance_panic_during_a_stall(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    panic = events(lines("n89_vllm21204_llguidance_toktrie_panic.log"), sigs)
+    frozen_bar(tl, 40, first_logs=panic)
+    v = final(tl.obs, sigs)
+    assert (v.state, v.signature) == ("hung", "structured_output_or_tokenizer_freeze")
+    assert any("toktrie" in e.detail for e in v.evidence)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["n93_trt3914_iter_log_before_after.log", "s_i_sgl1612_prefill_batch_time_only_prefix.log"],
+)
+def test_a_line_that_reports_a_step_is_no_log_stall(name: str, sigs: SignatureSet) -> None:
+    """TensorRT-LLM's `iter = N ... num_scheduled_requests: 10` and SGLang's old `Prefill batch`
+    line carry requests but no throughput figure: each says a step ran, so it is progress, not
+    `pending with zero throughput` (which would feed no_progress rules from a healthy log)."""
+    from watchdog.commands.replaylog import read_log
+    from watchdog.core.logverdict import log_stall
+
+    _, evs = read_log((CORPUS / name).read_bytes(), sigs)
+    assert [e for e in evs if e.kind == "stats"], name
+    assert log_stall(evs) is None
+    # A vLLM stats line with zero throughput and a request running still is one (vllm #21148).
+    _, stalled = read_log(
+        (CORPUS / "n90_vllm21148_guided_json_running1_zero.log").read_bytes(), sigs
+    )
+    assert log_stall(stalled) is not None
+
+
 def test_benign_capture_stack_keeps_a_stalled_looking_server_compiling(
     sigs: SignatureSet,
 ) -> None:
