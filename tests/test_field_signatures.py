@@ -156,6 +156,23 @@ def test_spin_under_graph_replay_is_named_and_a_bare_spin_stays_generic(
     assert final(bare.obs, sigs).signature == "gpu_kernel_spin"
 
 
+def test_a_graph_replay_dump_in_a_stalled_log_is_not_the_spin_without_gpu_evidence(
+    sigs: SignatureSet,
+) -> None:
+    """cuda_graph_kernel_spin requires GPU-spin evidence, which no log holds: a py-spy dump in
+    replay plus a stalled stats line names nothing from the log alone (it did, because a
+    required GPU rule was skipped in log mode), while the live watchdog names it (above)."""
+    # py-spy `dump` text: `Thread N (active): "name"` then `    name (file:line)` frames;
+    # the stats line is the real stalled one from vllm #21148.
+    dump = [
+        'Thread 2101 (active): "MainThread"',
+        "    replay (torch/cuda/graphs.py:88)",
+        "    execute_model (vllm/v1/worker/gpu_model_runner.py:1510)",
+    ]
+    stalled = lines("n90_vllm21148_guided_json_running1_zero.log")
+    assert named(dump + stalled, sigs) == []
+
+
 # vllm/v1/metrics/loggers.py LoggingStatLogger.log: "Engine %03d: Avg prompt throughput: %.1f
 # tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, ..."
 def _stats(running: int, waiting: int, gen: float) -> str:

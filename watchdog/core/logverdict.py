@@ -98,7 +98,7 @@ def _match(
             conf += rule.weight
             decisive = decisive or rule.decisive
             lines.extend(h for h in hits if h not in lines)
-        elif rule.required and rule.kind in ("log", "stack"):
+        elif rule.required:  # GPU, socket or health evidence a log cannot hold, or no stall
             return None
     if not any_log or not (decisive or conf + 1e-9 >= sig.min_confidence):
         return None
