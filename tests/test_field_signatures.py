@@ -9,11 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.obsbuilder import Timeline, events, final, frozen_bar, gpu, procs, spin, stack
+from tests.obsbuilder import (
+    SERVER_PID,
+    Timeline,
+    events,
+    final,
+    frozen_bar,
+    gpu,
+    procs,
+    spin,
+    stack,
+)
 from watchdog.core.classify import Thresholds
 from watchdog.core.logverdict import name_signatures
-from watchdog.core.model import ServerSample
+from watchdog.core.model import ServerSample, Verdict
 from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.sources.gpufile import GpuFileSource
 from watchdog.sources.logs import FileFollower, LogSource
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -279,6 +290,75 @@ def test_live_log_source_turns_a_dump_in_the_log_into_stack_evidence(
     v = final(tl.obs, sigs, Thresholds())
     assert (v.state, v.signature) == ("hung", "flashinfer_allreduce_fusion_hang")
     assert any("from the log" in e.detail for e in v.evidence)
+
+
+def _live(tmp_path: Path, sigs: SignatureSet, name: str, gpu_line: str) -> Verdict:
+    """The live path on a real excerpt: the file followed as the server's log (its dump is
+    in-log stack evidence) and a `file:` GPU source (sources/gpufile.py) fed `gpu_line`."""
+    log, gpus = tmp_path / "server.log", tmp_path / "gpu.jsonl"
+    log.write_text("", encoding="utf-8")
+    src = LogSource([FileFollower(log, from_start=True)], keep=sigs.log_keep_pattern())
+    gsrc = GpuFileSource(gpus)
+    tl = Timeline(procs=procs(), server=ServerSample(up=True, health_status=200))
+    with gpus.open("a", encoding="utf-8") as fh:
+        fh.write(gpu_line + "\n")
+    frozen_bar(tl, 1)
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write((CORPUS / name).read_text("utf-8"))
+    for _ in range(40):
+        with gpus.open("a", encoding="utf-8") as fh:
+            fh.write(gpu_line + "\n")
+        tl.tick(logs=src.poll(), gpus=gsrc.poll())
+    src.close()
+    gsrc.close()
+    assert all(o.gpus for o in tl.obs[1:]), "the file: GPU source gave no samples"
+    return final(tl.obs, sigs, Thresholds())
+
+
+# A `file:` GPU line (README, GPU sample file): SM busy without memory traffic, idle, or busy
+# with memory traffic; the server's pid so the GPU is its own.
+SPIN = f'{{"gpu": 0, "sm": 0.99, "dram": 0.0, "pids": [{SERVER_PID}]}}'
+IDLE = f'{{"gpu": 0, "sm": 0.0, "dram": 0.0, "pids": [{SERVER_PID}]}}'
+MEMBUSY = f'{{"gpu": 0, "sm": 0.95, "dram": 0.6, "pids": [{SERVER_PID}]}}'
+
+WINDOW_DUMP = "n104_sgl11208_pyspy_forward_thread_ncclcommwindowregister.log"
+
+
+def test_real_window_registration_dump_names_the_deadlock_and_a_served_past_one_does_not(
+    sigs: SignatureSet,
+) -> None:
+    """sglang #11208: the forward thread idle in ncclCommWindowRegister. The same dump
+    followed by batches the server runs (real SGLang lines, sglang PR #22166) is no hang."""
+    dump = lines(WINDOW_DUMP)
+    assert named(dump, sigs) == ["nccl_window_register_deadlock"]
+    served = lines("s_i_sgl22166_prefill_decode_comma_format.log")
+    assert named(dump + served, sigs) == []
+    # Batches before the dump say nothing about it: the dump still names the deadlock.
+    assert named(served + dump, sigs) == ["nccl_window_register_deadlock"]
+
+
+def test_live_watchdog_names_the_window_registration_deadlock_from_the_real_dump(
+    tmp_path: Path, sigs: SignatureSet
+) -> None:
+    v = _live(tmp_path, sigs, WINDOW_DUMP, IDLE)
+    assert (v.state, v.signature) == ("hung", "nccl_window_register_deadlock")
+    assert any("ncclCommWindowRegister" in e.detail for e in v.evidence)
+
+
+@pytest.mark.parametrize("gpu_line", [SPIN, IDLE, MEMBUSY], ids=["spin", "idle", "membusy"])
+def test_live_real_kernel_launch_dump_is_never_the_graph_replay_spin(
+    tmp_path: Path, sigs: SignatureSet, gpu_line: str
+) -> None:
+    """No thread we found shows a complete graph-replay frame (tests/data/corpus/README.md);
+    the nearest real dump (vllm #43885: MainThread in cuLaunchKernel under FlashInfer's
+    top_k_mask_logits, no replay frame) must not name cuda_graph_kernel_spin live, whatever
+    the GPU shows: without the replay frame a spin stays the generic gpu_kernel_spin."""
+    v = _live(tmp_path, sigs, "n83_vllm43885_pyspy_native_culaunchkernel_sampling.log", gpu_line)
+    assert v.signature != "cuda_graph_kernel_spin"
+    if gpu_line == SPIN:
+        assert (v.state, v.signature) == ("hung", "gpu_kernel_spin")
+    else:
+        assert v.signature != "gpu_kernel_spin"
 
 
 # -- known-bad versions from the same threads, checked by preflight ------------------------
