@@ -345,14 +345,46 @@ def test_live_watchdog_names_the_window_registration_deadlock_from_the_real_dump
     assert any("ncclCommWindowRegister" in e.detail for e in v.evidence)
 
 
-@pytest.mark.parametrize("gpu_line", [SPIN, IDLE, MEMBUSY], ids=["spin", "idle", "membusy"])
-def test_live_real_kernel_launch_dump_is_never_the_graph_replay_spin(
+GRAPH_STALL = "n105_nccl2389_graph_replay_stall_pyspy.log"
+# nccl #2389's `nvidia-smi` during the hang: "| 0  NVIDIA H100 80GB HBM3   On | 119W / 700W |
+# 1897MiB / 81559MiB | 100%  Default |" (busy at a sixth of the power limit, no DRAM figure).
+H100_SPIN = (
+    '{"gpu": 0, "name": "NVIDIA H100 80GB HBM3", "sm": 1.0, "dram": null, "power_w": 119, '
+    f'"power_limit_w": 700, "pids": [{SERVER_PID}]}}'
+)
+
+
+def test_real_graph_replay_dump_names_nothing_from_the_log_alone(sigs: SignatureSet) -> None:
+    """nccl #2389: the main thread in torch's CUDAGraph.replay while every kernel spins; the
+    spin (SMs busy, no memory traffic) is GPU evidence no log holds."""
+    assert named(lines(GRAPH_STALL), sigs) == []
+
+
+@pytest.mark.parametrize("gpu_line", [H100_SPIN, SPIN], ids=["thread-figures", "no-dram"])
+def test_live_real_graph_replay_dump_with_a_spinning_gpu_is_the_graph_replay_spin(
     tmp_path: Path, sigs: SignatureSet, gpu_line: str
 ) -> None:
-    """No thread we found shows a complete graph-replay frame (tests/data/corpus/README.md);
-    the nearest real dump (vllm #43885: MainThread in cuLaunchKernel under FlashInfer's
-    top_k_mask_logits, no replay frame) must not name cuda_graph_kernel_spin live, whatever
-    the GPU shows: without the replay frame a spin stays the generic gpu_kernel_spin."""
+    v = _live(tmp_path, sigs, GRAPH_STALL, gpu_line)
+    assert (v.state, v.signature) == ("hung", "cuda_graph_kernel_spin")
+    details = " ".join(e.detail for e in v.evidence)
+    assert "replay (torch/cuda/graphs.py:139)" in details and "GPU 0" in details
+
+
+@pytest.mark.parametrize("gpu_line", [IDLE, MEMBUSY], ids=["idle", "membusy"])
+def test_live_real_graph_replay_dump_without_a_spin_is_not_the_graph_replay_spin(
+    tmp_path: Path, sigs: SignatureSet, gpu_line: str
+) -> None:
+    v = _live(tmp_path, sigs, GRAPH_STALL, gpu_line)
+    assert v.signature not in ("cuda_graph_kernel_spin", "gpu_kernel_spin")
+
+
+@pytest.mark.parametrize("gpu_line", [SPIN, IDLE, MEMBUSY], ids=["spin", "idle", "membusy"])
+def test_live_real_eager_launch_dump_is_never_the_graph_replay_spin(
+    tmp_path: Path, sigs: SignatureSet, gpu_line: str
+) -> None:
+    """vllm #43885's native dump: MainThread in cuLaunchKernel (libcuda) under FlashInfer's
+    top_k_mask_logits, an eager launch with no replay frame. With a spin it is the generic
+    gpu_kernel_spin; it named cuda_graph_kernel_spin while any libcuda frame matched."""
     v = _live(tmp_path, sigs, "n83_vllm43885_pyspy_native_culaunchkernel_sampling.log", gpu_line)
     assert v.signature != "cuda_graph_kernel_spin"
     if gpu_line == SPIN:
