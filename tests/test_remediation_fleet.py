@@ -166,3 +166,24 @@ def test_cause_node_hook_restarts_once(tmp_path: Path) -> None:
     assert metric(sink, "hang_watchdog_remediation_restarts_total") == 1.0
     last = metric(sink, "hang_watchdog_remediation_last_restart_timestamp_seconds")
     assert last is not None and abs(last - time.time()) < 60, last
+
+
+def test_a_slow_prometheus_never_holds_the_loop() -> None:
+    """The daemon's decider asks in the background: a tick reads the latest answer at once."""
+    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+                        "fleet_settle_s": 0})  # fmt: skip
+    answer = _answer(*TWO_CAUSES)
+
+    def slow(expr: str) -> list[dict]:
+        time.sleep(0.5)
+        return answer(expr)
+
+    decider = FleetDecider(cfg, "node-a", query=slow, background=True)
+    started = time.monotonic()
+    first = fleet_block(cfg, _cause(1), decider)
+    took = time.monotonic() - started
+    # Run inline, the queries would have answered (node-a wins); the tick got "waiting".
+    assert first is not None and "waiting for Prometheus at http://x to answer" in first
+    decider.wait(10)
+    assert fleet_block(cfg, _cause(1), decider) is None
+    print(f"first tick with a slow Prometheus took {took * 1000:.1f} ms")

@@ -27,6 +27,7 @@ Dry-run is each instance's own key; set it alike on every node.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ def candidates(causes: list[dict[str, Any]], progress: list[dict[str, Any]]) -> 
     return out
 
 
-def http_query(url: str, timeout_s: float = 5.0) -> Query:
+def http_query(url: str, timeout_s: float = 3.0) -> Query:
     """Prometheus's /api/v1/query (GET); raises OSError-like errors the decider reports."""
     import httpx
 
@@ -97,8 +98,18 @@ def http_query(url: str, timeout_s: float = 5.0) -> Query:
     return query
 
 
+Answer = tuple[Candidate | None, str | None, str | None]  # (winner, limits, error)
+ASK_EVERY_S = 2.0  # background mode: one round of queries at most this often
+FRESH_S = 15.0  # an answer older than this (Prometheus slow to reply) is no answer
+
+
 class FleetDecider:
-    """Whether this node's watchdog may restart the deployment now (cause mode)."""
+    """Whether this node's watchdog may restart the deployment now (cause mode).
+
+    With the HTTP query (the daemon), Prometheus is asked in a background thread and each tick
+    reads the latest answer, so a slow Prometheus never holds the loop; an injected `query`
+    runs inline unless `background` says otherwise.
+    """
 
     def __init__(
         self,
@@ -107,11 +118,18 @@ class FleetDecider:
         query: Query | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        *,
+        background: bool | None = None,
     ) -> None:
         self.cfg, self.node, self.clock, self.wall = cfg, node, clock, wall
         url = cfg.fleet_prometheus_url
         self.query = query if query is not None else (http_query(url) if url else None)
+        self.background = query is None if background is None else background
         self._winner_since: float | None = None
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._asked = -math.inf
+        self._answer: tuple[float, Answer] | None = None
 
     def block(self, verdict: Verdict) -> str | None:
         """Why not (a sentence), or None when this node holds the deployment's cause."""
@@ -119,15 +137,54 @@ class FleetDecider:
         if self.query is None:
             return (f"{where}: set fleet_prometheus_url (the Prometheus every node's watchdog "
                     "reads) so one node decides, or use fleet_remediation = 'leader'")  # fmt: skip
+        answer = self._latest() if self.background else self._ask()
+        if answer is None:
+            self._winner_since = None
+            return f"{where}: waiting for Prometheus at {self.cfg.fleet_prometheus_url} to answer"
+        win, limited, error = answer
+        if error:
+            self._winner_since = None
+            return (
+                f"{where}: Prometheus at {self.cfg.fleet_prometheus_url} did not answer ({error})"
+            )
+        return self._decide(where, win, limited)
+
+    def _ask(self) -> Answer:
+        """One round of queries: the winner and the deployment's limits, or the error."""
         dep = _quote(self.cfg.deployment)
+        assert self.query is not None
         try:
             found = candidates(self.query(f'{CAUSE}{{deployment="{dep}"}}'),
                                self.query(f'{LAST}{{deployment="{dep}"}}'))  # fmt: skip
-            limited = self._limits(dep)
+            return pick(found), self._limits(dep), None
         except Exception as exc:  # noqa: BLE001 - any failure to read Prometheus means: wait
-            self._winner_since = None
-            return f"{where}: Prometheus at {self.cfg.fleet_prometheus_url} did not answer ({exc})"
-        return self._decide(where, pick(found), limited)
+            return None, None, str(exc) or type(exc).__name__
+
+    def _latest(self) -> Answer | None:
+        """The freshest background answer; starts the next round when one is due."""
+        now = self.clock()
+        with self._lock:
+            idle = self._thread is None or not self._thread.is_alive()
+            if idle and now - self._asked >= ASK_EVERY_S:
+                self._asked = now
+                self._thread = threading.Thread(target=self._run, name="fleet-decider",
+                                                daemon=True)  # fmt: skip
+                self._thread.start()
+            got = self._answer
+        if got is None or now - got[0] > FRESH_S:
+            return None
+        return got[1]
+
+    def _run(self) -> None:
+        answer = self._ask()
+        with self._lock:
+            self._answer = (self.clock(), answer)
+
+    def wait(self, timeout: float) -> None:
+        """Block until the running round ends (tests)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def _decide(self, where: str, win: Candidate | None, limited: str | None) -> str | None:
         if limited:
