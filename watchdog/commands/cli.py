@@ -166,7 +166,7 @@ def _run_parser(sub: Any) -> None:
             ),
             (
                 "attach to a running server and its HTTP API",
-                "hang-watchdog run --pid 1234 --vllm-url http://127.0.0.1:8000",
+                "hang-watchdog run --pid 1234 --server-url http://127.0.0.1:8000",
             ),
             (
                 "a systemd service, restarted with a fallback when it hangs",

@@ -160,7 +160,7 @@ def _watch(
         "stack_second_after_s": 2.0,
     }
     if sim.port is not None:
-        values["vllm_url"] = f"http://127.0.0.1:{sim.port}"
+        values["server_url"] = f"http://127.0.0.1:{sim.port}"
     built = build(build_config(values, origin="demo"), emitter=Emitter("text", stream=sys.stdout))
     say("[demo] watchdog attached; state changes follow\n")
 

@@ -179,7 +179,7 @@ class Observation:
 class Evidence:
     """One fact that supported a verdict, named by the source it came from."""
 
-    source: str  # "gpu", "log", "vllm", "procs", "conns", "stacks", "facts"
+    source: str  # "gpu", "log", "server", "procs", "conns", "stacks", "facts"
     kind: str  # the evidence kind from the signature data, e.g. "gpu_spin", "log", "stack"
     detail: str  # human-readable, e.g. "GPU 0 SM 0.99 DRAM 0.00 for 18 s"
     weight: float = 0.0
