@@ -271,7 +271,7 @@ FEATURES: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
     (
         "demo",
         "watchdog.commands.demo",
-        "simulate a hanging vLLM and watch the watchdog catch it (no GPU needed)",
+        "simulate a hanging vLLM or SGLang server and watch it caught (no GPU needed)",
         [
             ("the FlashInfer cubin-download hang", "hang-watchdog demo"),
             ("a healthy server: no hang must be reported", "hang-watchdog demo --scenario healthy"),

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scenario",
         choices=sorted(SCENARIOS),
         default="cubin_download_stall",
-        help="what the simulated vLLM does (default: cubin_download_stall)",
+        help="what the simulated server does (default: cubin_download_stall)",
     )
     p.add_argument(
         "--engine",
