@@ -1,6 +1,6 @@
 """`--help` text shared by the subcommands: exit codes, examples, and the config-key flags.
 
-Every config key (watchdog/config.py) is a flag of `run`; `diagnose` takes the keys that
+Every config key (watchdog/configkeys.py) is a flag of `run`; `diagnose` takes the keys that
 matter for one sample. Help shows each default once, lists choices, marks repeatable flags,
 and names values in words an operator knows (FILE, SECONDS, HOST:PORT), not key names.
 """
