@@ -118,3 +118,11 @@ def test_fleet_dashboard_shape_and_series() -> None:
             assert used <= exported | recorded, used - exported - recorded
     kinds = {p["type"] for p in dash["panels"]}
     assert "state-timeline" in kinds  # ranks on a timeline
+    ras = [t["expr"] for p in dash["panels"] for t in p["targets"] if "nccl_ras" in t["expr"]]
+    # RAS series have no deployment label: each is joined to it through deployment_info, and
+    # each query, as Grafana expands All, is evaluated by a promtool case in fleet_test.yml
+    promtool_cases = FLEET_TESTS.read_text()
+    assert all(e.replace("$deployment", ".+") in promtool_cases for e in ras)
+    assert ras and all(
+        "group_left (deployment, node) hang_watchdog_deployment_info" in e for e in ras
+    )
