@@ -228,8 +228,10 @@ def _looks_like_timeline(data: bytes) -> bool:
 
 def plain_log(data: bytes, sigs: SignatureSet, as_json: bool, *, stuck: bool = False) -> int:
     """Name what a plain log shows: signatures, stacks it holds, and what it ended inside."""
-    from watchdog.commands.replaylog import read_log, report
+    from watchdog.commands.replaylog import report, scan_log
 
-    lines, events = read_log(data, sigs)
-    matches = name_signatures(events, sigs)
-    return report(lines, events, matches, sigs, as_json=as_json, stuck=stuck)
+    scan = scan_log(data, sigs)
+    matches = name_signatures(scan.events, sigs)
+    return report(
+        scan.records, scan.ops, matches, sigs, as_json=as_json, stuck=stuck, events=scan.events
+    )
