@@ -7,6 +7,7 @@ worded as what it is: the cause if the server is stuck now, not proof that it is
 
 from __future__ import annotations
 
+import collections
 import json
 import re
 from collections.abc import Iterator, Sequence
@@ -25,7 +26,7 @@ from watchdog.core.openops import (
 )
 from watchdog.core.signatures import SignatureSet
 from watchdog.sources.linesplit import Block, LineSplitter, count_lines, split_records
-from watchdog.sources.logparse import clean_line
+from watchdog.sources.logparse import LogPatterns, clean_line
 from watchdog.sources.logscan import BlockScanner, StackBlocks
 from watchdog.sources.logstacks import StackScanner
 from watchdog.sources.prefilter import Prefilter, keys_of, spans_at
@@ -45,7 +46,9 @@ class LogScan:
     ops: list[OpenOp]
 
 
-def read_log(data: bytes, sigs: SignatureSet) -> tuple[list[str], list[LogEvent]]:
+def read_log(
+    data: bytes, sigs: SignatureSet, patterns: LogPatterns | None = None
+) -> tuple[list[str], list[LogEvent]]:
     """The cleaned records of a log, and the events they carry (stack dumps included)."""
     splitter = LineSplitter()
     raw = splitter.feed(data) + [x for x in [splitter.flush()] if x]
@@ -54,18 +57,26 @@ def read_log(data: bytes, sigs: SignatureSet) -> tuple[list[str], list[LogEvent]
     # (tests/test_logscan.py), with only the lines holding a literal key parsed.
     stacks = StackScanner()
     block = Block(data.replace(b"\x00", b"") if b"\x00" in data else data)
-    events, _ = StackBlocks(BlockScanner(sigs.log_keep_pattern())).scan(block, "replay", stacks)
+    scanner = BlockScanner(sigs.log_keep_pattern(), patterns=patterns)
+    events, _ = StackBlocks(scanner).scan(block, "replay", stacks)
     return records, events + stacks.flush("replay")
 
 
-def scan_log(data: bytes, sigs: SignatureSet, ops: Sequence[OpDef] | None = None) -> LogScan:
+def scan_log(
+    data: bytes,
+    sigs: SignatureSet,
+    ops: Sequence[OpDef] | None = None,
+    *,
+    patterns: LogPatterns | None = None,
+) -> LogScan:
     """read_log's events, its record count and open_operations over its records, the same
     (tests/test_replay_scan.py), with only the lines holding a literal key decoded."""
     ops = load_ops() if ops is None else ops
     data = data.replace(b"\x00", b"") if b"\x00" in data else data
     block = Block(data)
     stacks = StackScanner()
-    events, _ = StackBlocks(BlockScanner(sigs.log_keep_pattern())).scan(block, "replay", stacks)
+    scanner = BlockScanner(sigs.log_keep_pattern(), patterns=patterns)
+    events, _ = StackBlocks(scanner).scan(block, "replay", stacks)
     glued = spans_at(data, [m.start() for m in _GLUE_HINT.finditer(data)] + _escapes(data))
     extra = sum(len(split_records(clean_line(block.text(a, b)))) - 1 for a, b in glued)
     keys = keys_of(trigger_patterns(ops))
@@ -106,7 +117,9 @@ def report(
     verdict = cause if stuck and not matches and cause is not None else None
     dumps = [e for e in events if e.kind == "stack"]
     if as_json:
-        print(json.dumps(_as_json(matches, ops, cause, verdict, dumps, stuck), indent=2))
+        doc = _as_json(matches, ops, cause, verdict, dumps, stuck)
+        doc["parsed"] = dict(sorted(collections.Counter(e.kind for e in events).items()))
+        print(json.dumps(doc, indent=2))
     else:
         _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck)
     return 1 if matches or verdict is not None else 0
