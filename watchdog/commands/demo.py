@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scenario",
         choices=sorted(SCENARIOS),
         default="cubin_download_stall",
-        help="what the simulated vLLM does (default: cubin_download_stall)",
+        help="what the simulated server does (default: cubin_download_stall)",
     )
     p.add_argument(
         "--engine",
@@ -160,7 +160,7 @@ def _watch(
         "stack_second_after_s": 2.0,
     }
     if sim.port is not None:
-        values["vllm_url"] = f"http://127.0.0.1:{sim.port}"
+        values["server_url"] = f"http://127.0.0.1:{sim.port}"
     built = build(build_config(values, origin="demo"), emitter=Emitter("text", stream=sys.stdout))
     say("[demo] watchdog attached; state changes follow\n")
 
