@@ -47,8 +47,8 @@ def measure(proc: psutil.Process, warmup: float, seconds: float) -> tuple[float,
     return cpu, proc.memory_info().rss / 1048576
 
 
-def floor(warmup: float, seconds: float) -> tuple[float, float]:
-    proc = subprocess.Popen([sys.executable, "-c", FLOOR], stdout=subprocess.PIPE, env=ENV)
+def floor(warmup: float, seconds: float, python: str = sys.executable) -> tuple[float, float]:
+    proc = subprocess.Popen([python, "-c", FLOOR], stdout=subprocess.PIPE, env=ENV)
     try:
         assert proc.stdout is not None
         proc.stdout.readline()
@@ -83,10 +83,13 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     psutil.wait_procs(kids, timeout=10)
 
 
-def daemon_point(gpus: int, ranks: int, warmup: float, seconds: float) -> tuple[float, float]:
+def daemon_point(
+    gpus: int, ranks: int, warmup: float, seconds: float, python: str = sys.executable
+) -> tuple[float, float]:
+    """The daemon's (CPU share, RSS MiB) at one point, run by the interpreter `python`."""
     work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
     sim, port = start_sim(work, gpus, ranks)
-    argv = [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid), "--no-cdn-default"]
+    argv = [python, "-m", "watchdog", "run", "--pid", str(sim.pid), "--no-cdn-default"]
     argv += ["--server-url", f"http://127.0.0.1:{port}"]
     argv += ["--gpu-source", f"file:{work / 'gpu.jsonl'}"]
     argv += ["--log-file", str(work / "sim.log"), "--metrics-addr", "127.0.0.1:0"]
@@ -114,6 +117,14 @@ def main() -> None:
         default="8x1,1x1,16x1,64x1,8x8,64x64",
         help="GPUSxRANKS points; the first is the headline (8 GPUs, 1 Hz)",
     )
+    ap.add_argument(
+        "--clean-python",
+        default="",
+        metavar="EXE",
+        help="an interpreter whose environment holds only hang-watchdog's dependencies (a "
+        "venv): one more floor and 8x1 row run by it; httpx imports optional packages (trio, "
+        "h2, click, rich, ...) whenever they are installed",
+    )
     args = ap.parse_args()
     f_cpu, f_rss = floor(args.warmup, args.seconds)
     print(f"floor process (imports + prometheus_client server): "
@@ -126,6 +137,13 @@ def main() -> None:
         ratio = cpu / max(f_cpu, 1e-4)  # the floor can read 0 at /proc's 10 ms resolution
         print(f"{gpus:>5} {ranks:>5} {cpu * 100:>11.2f} {rss:>8.1f} {ratio:>10.1f} "
               f"{rss / f_rss:>10.2f}", flush=True)  # fmt: skip
+    if args.clean_python:
+        c_cpu, c_rss = floor(args.warmup, args.seconds, args.clean_python)
+        cpu, rss = daemon_point(8, 1, args.warmup, args.seconds, args.clean_python)
+        print(f"only hang-watchdog's dependencies installed ({args.clean_python}): floor "
+              f"{c_cpu * 100:.2f} % of a core, {c_rss:.1f} MiB RSS")  # fmt: skip
+        print(f"    8     1 {cpu * 100:>11.2f} {rss:>8.1f} {cpu / max(c_cpu, 1e-4):>10.1f} "
+              f"{rss / c_rss:>10.2f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

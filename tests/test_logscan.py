@@ -70,10 +70,23 @@ STACKS = (
 )
 
 
+# A worker's traceback, then a busy API server's access lines (another stream) past the stack
+# scanner's span, then a frame line of the worker's stream that comes too late to join it.
+SPAN = (
+    b"(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1] Traceback (most recent call last):\n"
+    b'(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1]   File "/v/a.py", line 9, in step\n'
+    + NOISE[0]
+    * (StackScanner().max_span + 5)
+    + b'(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1]   File "/v/b.py", line 3, in late\n'
+    b"(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1] RuntimeError: late\n"
+)
+
+
 def workload(seed: int) -> bytes:
     """Every sample plus the noise, shuffled in, ending without a newline."""
     rng = random.Random(seed)
     parts = [p.read_bytes() for p in sorted(DATA.glob("*.log"))] + NOISE * 3 + [STACKS] * 3
+    parts += [SPAN] * 2
     rng.shuffle(parts)
     return b"".join(parts) + b"Capturing CUDA graphs:  40%|####  | 27/67 [00:01<00:02]"
 

@@ -147,6 +147,22 @@ def test_two_processes_interleaved_line_by_line() -> None:
     assert found[10]["stream"] == "Worker_TP0 pid=10"
 
 
+def test_a_dump_ends_when_its_stream_goes_quiet_while_others_log() -> None:
+    w = "(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1] "
+    access = '(APIServer pid=1) INFO:     172.31.0.7:37016 - "POST /v1/completions HTTP/1.1" 200'
+    scanner = StackScanner(max_span=50)
+    head = [w + "Traceback (most recent call last):", w + '  File "/v/a.py", line 9, in step']
+    out = [e for line in head for e in scanner.feed(line, "t")]
+    out += [e for _ in range(49) for e in scanner.feed(access, "t")]
+    assert out == [] and scanner.has_open  # within the span: other streams' lines leave it open
+    out += scanner.feed(access, "t") + scanner.feed(access, "t")
+    assert not scanner.has_open  # the span passed with no line of its own: it has ended
+    (d,) = [e.fields for e in out]
+    assert names(d["threads"][0]) == ["step"]
+    late = scanner.feed(w + '  File "/v/b.py", line 3, in late', "t")
+    assert late == [] and not scanner.has_open  # a frame line alone starts nothing
+
+
 def test_prefixes_are_stripped_one_after_another() -> None:
     msg, key, pid = strip_prefixes(
         '(EngineCore_DP0 pid=18052) ERROR 02-03 22:43:35 [core.py:968]   File "x.py", line 1, in f'

@@ -103,6 +103,42 @@ def test_compiler_children_are_reported(spawn: Spawn, tmp_path: Path) -> None:
     wait_for(lambda: src.poll().compilers == ())
 
 
+# A parent that starts one more child (titled "late") when it receives SIGUSR1, and reaps it.
+LATE = """
+import signal, subprocess, sys, time
+kids = []
+def late(*_):
+    kids.append(subprocess.Popen(["late", "600"], executable=sys.argv[1]))
+signal.signal(signal.SIGUSR1, late)
+print("ready", flush=True)
+while True:
+    [k.poll() for k in kids]  # reaps a killed child: it vanishes from /proc
+    time.sleep(0.05)
+"""
+
+
+def test_membership_and_titles_are_reread_every_tree_interval(spawn: Spawn) -> None:
+    import signal
+
+    now = [0.0]
+    parent = spawn([sys.executable, "-c", LATE, SLEEP], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None and parent.stdout.readline().strip() == "ready"
+    src = ProcSource(PidTarget(parent.pid), clock=lambda: now[0], tree_every_s=5.0)
+    first = src.poll()
+    assert len(first.procs) == 1 and first.procs[0].cpu_s is not None
+    os.kill(parent.pid, signal.SIGUSR1)
+    wait_for(lambda: psutil.Process(parent.pid).children())
+    now[0] = 4.9  # within the interval: the cached membership, CPU read afresh
+    assert [p.pid for p in src.poll().procs] == [parent.pid]
+    now[0] = 5.0  # the interval passed: the tree is walked again and the child's title read
+    titles = [p.title for p in src.poll().procs]
+    assert titles[1:] == ["late 600"]
+    for child in psutil.Process(parent.pid).children():
+        child.kill()
+    wait_for(lambda: not psutil.Process(parent.pid).children())
+    wait_for(lambda: len(src.poll().procs) == 1)  # a vanished child goes at once, no interval
+
+
 def test_dead_pid_target_stays_dead(spawn: Spawn) -> None:
     p = spawn([SLEEP, "600"])
     src = ProcSource(PidTarget(p.pid))

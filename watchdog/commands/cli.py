@@ -46,7 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1 :]
-    parser = build_parser()
+    # Only the chosen command's module is imported: `run` never loads preflight's checks,
+    # replay or the demo (memory a long-running daemon would carry for nothing).
+    parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
     prog = "hang-watchdog"
     try:
         _check_command_word(argv)
@@ -114,7 +116,9 @@ class _TopFormatter(argparse.RawDescriptionHelpFormatter):
         return super()._format_action(action)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with `only`, the other feature commands are listed by name and
+    text but their modules are not imported."""
     parser = _Parser(
         prog="hang-watchdog",
         description="Tells operators that an LLM inference server (vLLM, SGLang, TensorRT-LLM)\n"
@@ -137,7 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     _diagnose_parser(sub)
     _signatures_parser(sub)
     for name, module, text, examples in FEATURES:
-        _feature(sub, name, module, text, examples)
+        if only is None or only == name:
+            _feature(sub, name, module, text, examples)
+        else:
+            _subparser(sub, name, text, examples)
     return parser
 
 

@@ -37,6 +37,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="operator signature file added to the built-in ones; repeatable",
     )
+    p.add_argument(
+        "--engines",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="operator engine profile file added to the shipped ones (its log formats are read "
+        "in a plain log); repeatable",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument(
         "--stuck",
@@ -88,7 +96,25 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"hang-watchdog replay: {exc}", file=sys.stderr)
             return 2
-    return plain_log(data, sigs, args.json, stuck=stuck)
+    patterns = _patterns(getattr(args, "engines", []))
+    if patterns is None:
+        return 2
+    return plain_log(data, sigs, args.json, stuck=stuck, patterns=patterns)
+
+
+def _patterns(files: list[str]) -> Any:
+    """The log formats of the shipped and the operator's engine profiles; None (reported) if a
+    profile file is bad."""
+    from watchdog.engines.loader import EngineError, load_engines
+    from watchdog.sources.logparse import LogPatterns, default_patterns
+
+    if not files:
+        return default_patterns()
+    try:
+        return LogPatterns.from_engines(load_engines(files))
+    except EngineError as exc:
+        print(f"hang-watchdog replay: --engines: {exc}", file=sys.stderr)
+        return None
 
 
 def _stuck_misuse(name: str) -> int:
@@ -226,10 +252,14 @@ def _looks_like_timeline(data: bytes) -> bool:
     return isinstance(obj, dict) and "t" in obj and "wall" in obj
 
 
-def plain_log(data: bytes, sigs: SignatureSet, as_json: bool, *, stuck: bool = False) -> int:
+def plain_log(
+    data: bytes, sigs: SignatureSet, as_json: bool, *, stuck: bool = False, patterns: Any = None
+) -> int:
     """Name what a plain log shows: signatures, stacks it holds, and what it ended inside."""
-    from watchdog.commands.replaylog import read_log, report
+    from watchdog.commands.replaylog import report, scan_log
 
-    lines, events = read_log(data, sigs)
-    matches = name_signatures(events, sigs)
-    return report(lines, events, matches, sigs, as_json=as_json, stuck=stuck)
+    scan = scan_log(data, sigs, patterns=patterns)
+    matches = name_signatures(scan.events, sigs)
+    return report(
+        scan.records, scan.ops, matches, sigs, as_json=as_json, stuck=stuck, events=scan.events
+    )

@@ -7,20 +7,48 @@ worded as what it is: the cause if the server is stuck now, not proof that it is
 
 from __future__ import annotations
 
+import collections
 import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from watchdog.core.logverdict import LogMatch
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import OpenOp, load_ops, open_operations, stuck_cause
+from watchdog.core.openops import (
+    OpDef,
+    OpenOp,
+    load_ops,
+    operations_in,
+    stuck_cause,
+    trigger_patterns,
+)
 from watchdog.core.signatures import SignatureSet
-from watchdog.sources.linesplit import Block, LineSplitter, split_records
-from watchdog.sources.logparse import clean_line
+from watchdog.sources.linesplit import Block, LineSplitter, count_lines, split_records
+from watchdog.sources.logparse import LogPatterns, clean_line
 from watchdog.sources.logscan import BlockScanner, StackBlocks
 from watchdog.sources.logstacks import StackScanner
+from watchdog.sources.prefilter import Prefilter, keys_of, spans_at
+
+# Where split_records can find a record glued onto a tqdm bar: after `]`, a date, a vLLM
+# `(Proc pid=N) ` prefix or a level word (linesplit._GLUED, loosened to a superset on bytes:
+# any non-ASCII byte may start a Unicode digit).
+_GLUE_HINT = re.compile(rb"\][ \t]*(?:[0-9(\x80-\xff]|INFO |WARNING |ERROR |DEBUG |CRITICAL )")
 
 
-def read_log(data: bytes, sigs: SignatureSet) -> tuple[list[str], list[LogEvent]]:
+@dataclass(frozen=True)
+class LogScan:
+    """What `replay` reports of a plain log, read without visiting most of its lines."""
+
+    records: int  # log records (read_log's lines), counted, not built
+    events: list[LogEvent]
+    ops: list[OpenOp]
+
+
+def read_log(
+    data: bytes, sigs: SignatureSet, patterns: LogPatterns | None = None
+) -> tuple[list[str], list[LogEvent]]:
     """The cleaned records of a log, and the events they carry (stack dumps included)."""
     splitter = LineSplitter()
     raw = splitter.feed(data) + [x for x in [splitter.flush()] if x]
@@ -29,28 +57,71 @@ def read_log(data: bytes, sigs: SignatureSet) -> tuple[list[str], list[LogEvent]
     # (tests/test_logscan.py), with only the lines holding a literal key parsed.
     stacks = StackScanner()
     block = Block(data.replace(b"\x00", b"") if b"\x00" in data else data)
-    events, _ = StackBlocks(BlockScanner(sigs.log_keep_pattern())).scan(block, "replay", stacks)
+    scanner = BlockScanner(sigs.log_keep_pattern(), patterns=patterns)
+    events, _ = StackBlocks(scanner).scan(block, "replay", stacks)
     return records, events + stacks.flush("replay")
 
 
+def scan_log(
+    data: bytes,
+    sigs: SignatureSet,
+    ops: Sequence[OpDef] | None = None,
+    *,
+    patterns: LogPatterns | None = None,
+) -> LogScan:
+    """read_log's events, its record count and open_operations over its records, the same
+    (tests/test_replay_scan.py), with only the lines holding a literal key decoded."""
+    ops = load_ops() if ops is None else ops
+    data = data.replace(b"\x00", b"") if b"\x00" in data else data
+    block = Block(data)
+    stacks = StackScanner()
+    scanner = BlockScanner(sigs.log_keep_pattern(), patterns=patterns)
+    events, _ = StackBlocks(scanner).scan(block, "replay", stacks)
+    glued = spans_at(data, [m.start() for m in _GLUE_HINT.finditer(data)] + _escapes(data))
+    extra = sum(len(split_records(clean_line(block.text(a, b)))) - 1 for a, b in glued)
+    keys = keys_of(trigger_patterns(ops))
+    items = [
+        (start + j, rec)
+        for start, end in Prefilter(keys).spans(data)
+        for j, rec in enumerate(split_records(clean_line(block.text(start, end))))
+    ]
+    found = operations_in(items, ops, lambda: _records_backwards(block))
+    return LogScan(count_lines(data) + extra, events + stacks.flush("replay"), found)
+
+
+def _escapes(data: bytes) -> list[int]:
+    out, i = [], data.find(b"\x1b")
+    while i >= 0:
+        out.append(i)
+        i = data.find(b"\x1b", i + 1)
+    return out
+
+
+def _records_backwards(block: Block) -> Iterator[str]:
+    for text in block.last_lines():
+        yield from reversed(split_records(clean_line(text)))
+
+
 def report(
-    lines: list[str],
-    events: list[LogEvent],
+    records: int,
+    ops: list[OpenOp],
     matches: list[LogMatch],
     sigs: SignatureSet,
     *,
     as_json: bool,
     stuck: bool,
+    events: Sequence[LogEvent] = (),
 ) -> int:
     """Print what the log shows; exit 1 when it names a hang (or --stuck names one)."""
-    ops = open_operations(lines, load_ops())
     cause = stuck_cause(ops)
     verdict = cause if stuck and not matches and cause is not None else None
     dumps = [e for e in events if e.kind == "stack"]
     if as_json:
-        print(json.dumps(_as_json(matches, ops, cause, verdict, dumps, stuck), indent=2))
+        doc = _as_json(matches, ops, cause, verdict, dumps, stuck)
+        doc["parsed"] = dict(sorted(collections.Counter(e.kind for e in events).items()))
+        print(json.dumps(doc, indent=2))
     else:
-        _print_text(lines, matches, ops, cause, verdict, dumps, sigs, stuck)
+        _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck)
     return 1 if matches or verdict is not None else 0
 
 
@@ -96,7 +167,7 @@ def _as_json(
 
 
 def _print_text(
-    lines: list[str],
+    records: int,
     matches: list[LogMatch],
     ops: list[OpenOp],
     cause: OpenOp | None,
@@ -107,7 +178,7 @@ def _print_text(
 ) -> None:
     if not matches and verdict is None:
         print(
-            f"no hang signature found in {len(lines)} log lines "
+            f"no hang signature found in {records} log lines "
             "(log evidence alone; GPU and stack evidence need the live watchdog)"
         )
     for m in matches:

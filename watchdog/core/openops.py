@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -42,7 +42,7 @@ class OpenOp:
 
     op: OpDef
     line: str  # the line that started it
-    index: int  # its position among the lines
+    index: int  # its position in the log: line number, or byte offset (replay of a file)
     who: str  # process or rank, e.g. "Worker_TP1 pid=7", "TP0", "rank 3", "" when unknown
     since: str | None  # its timestamp as the log wrote it
     open_s: float | None  # seconds from its start to the log's last timestamp
@@ -149,6 +149,12 @@ def load_ops(text: str | None = None) -> tuple[OpDef, ...]:
 _UNNAMED = re.compile(r"\(\?P<\w+>")  # named groups repeat across ops: drop their names
 
 
+def trigger_patterns(ops: Sequence[OpDef]) -> tuple[re.Pattern[str], ...]:
+    """Every pattern whose match changes what open_operations finds (a reader prefilters on
+    their literals, keeping only the lines that can matter for `operations_in`)."""
+    return (_PROGRESS, *(p for op in ops for p in (op.start, op.end, op.fail) if p is not None))
+
+
 def keep_pattern(ops: Sequence[OpDef]) -> re.Pattern[str] | None:
     """One regex for every start/end line, so a log source keeps them for the classifier."""
     pats = [
@@ -171,31 +177,48 @@ def keep_with_ops(keep: re.Pattern[str] | None, ops: Sequence[OpDef]) -> re.Patt
 def open_operations(lines: Iterable[str], ops: Sequence[OpDef]) -> list[OpenOp]:
     """The operations started in `lines` and never finished, oldest first."""
     lines = list(lines)
-    started: list[tuple[OpDef, int, str, str]] = []  # (op, index, who, key)
+    return operations_in(enumerate(lines), ops, lambda: reversed(lines))
+
+
+def operations_in(
+    items: Iterable[tuple[int, str]],
+    ops: Sequence[OpDef],
+    backwards: Callable[[], Iterable[str]],
+) -> list[OpenOp]:
+    """open_operations over only the lines that can matter, with their positions in the log.
+
+    `items` must hold every line that an operation's start, end or fail pattern or the
+    progress pattern matches (others change nothing), in order; `backwards` gives all the
+    log's lines from the last, read only as far as the newest timestamp of each format an
+    open operation needs (`replay` of a large log then never looks at most lines).
+    """
+    started: list[tuple[OpDef, int, str, str, str]] = []  # (op, index, who, key, line)
     finished: dict[str, set[str]] = {}  # op id -> the processes that finished one
     last_progress = -1
-    last_stamp: dict[int, float] = {}
-    for i, line in enumerate(lines):
-        st = _stamp(line)
-        if st is not None:
-            last_stamp[st[2]] = st[1]
+    for i, line in items:
         if _PROGRESS.search(line):
             last_progress = i
-        who = _who(line)
+        who: str | None = None
         for op in ops:
-            if _close(started, op, line, who):
+            m = op.end.search(line) or (op.fail.search(line) if op.fail is not None else None)
+            if m is not None:
+                who = _who(line) if who is None else who
+                _close(started, op, m, who)
                 finished.setdefault(op.id, set()).add(who)
             m = op.start.search(line)
             if m is not None:
-                started.append((op, i, who, (m.groupdict().get("key") or "")))
+                who = _who(line) if who is None else who
+                started.append((op, i, who, (m.groupdict().get("key") or ""), line))
+    last = _LastStamps(backwards)
     out = []
-    for op, i, who, _key in started:
-        st = _stamp(lines[i])
-        open_s = last_stamp[st[2]] - st[1] if st is not None else None
+    for op, i, who, _key, line in started:
+        st = _stamp(line)
+        newest = last.get(st[2]) if st is not None else None
+        open_s = newest - st[1] if st is not None and newest is not None else None
         out.append(
             OpenOp(
                 op=op,
-                line=lines[i],
+                line=line,
                 index=i,
                 who=who,
                 since=st[0] if st else None,
@@ -207,12 +230,32 @@ def open_operations(lines: Iterable[str], ops: Sequence[OpDef]) -> list[OpenOp]:
     return out
 
 
-def _close(started: list[tuple[OpDef, int, str, str]], op: OpDef, line: str, who: str) -> bool:
-    """An end (or failure) line closes the newest matching start: same key, else same process.
-    True when the line ended one."""
-    m = op.end.search(line) or (op.fail.search(line) if op.fail is not None else None)
-    if m is None:
-        return False
+class _LastStamps:
+    """The log's newest timestamp of each format, found by reading back from its end."""
+
+    def __init__(self, backwards: Callable[[], Iterable[str]]) -> None:
+        self._backwards = backwards
+        self._found: dict[int, float] = {}
+        self._lines: Iterator[str] | None = None
+
+    def get(self, fmt: int) -> float | None:
+        """The newest stamp of `fmt` (None only if `backwards` lacks the started line)."""
+        if self._lines is None:
+            self._lines = iter(self._backwards())
+        while fmt not in self._found:
+            line = next(self._lines, None)
+            if line is None:
+                return None
+            st = _stamp(line)
+            if st is not None:
+                self._found.setdefault(st[2], st[1])
+        return self._found[fmt]
+
+
+def _close(
+    started: list[tuple[OpDef, int, str, str, str]], op: OpDef, m: re.Match[str], who: str
+) -> None:
+    """An end (or failure) line closes the newest matching start: same key, else same process."""
     key = m.groupdict().get("key") or ""
     mine = [j for j, entry in enumerate(started) if entry[0] is op]
     if key:
@@ -220,7 +263,6 @@ def _close(started: list[tuple[OpDef, int, str, str]], op: OpDef, line: str, who
     same = [j for j in mine if started[j][2] == who] or mine
     if same:
         del started[same[-1]]
-    return True
 
 
 def stuck_cause(open_ops: Sequence[OpenOp]) -> OpenOp | None:

@@ -114,7 +114,7 @@ def _logs(
     cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any
 ) -> tuple[Any, Any]:
     """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
-    from watchdog.sources.logparse import LogPatterns, use_patterns
+    from watchdog.sources.logparse import LogPatterns
     from watchdog.sources.logs import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
@@ -133,8 +133,8 @@ def _logs(
         readers.append(supervisor.reader())
     if not readers:
         return None, None
-    use_patterns(LogPatterns.from_engines(engine.engines))  # operator profiles' lines too
-    return LogSource(readers, keep=sigs.log_keep_pattern()), stdin
+    patterns = LogPatterns.from_engines(engine.engines)  # operator profiles' lines too
+    return LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns), stdin
 
 
 def _server(cfg: Config, engine: Any) -> Any:
@@ -318,6 +318,8 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
 
 
 def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
+    if not (cfg.remediate or cfg.dry_run or cfg.canary):
+        return  # factory's own rule for "no hook"; not importing it saves about 1 MiB RSS
     from watchdog.remediation.factory import make_remediation_hook
 
     hook: Hook | None = make_remediation_hook(cfg, sigs, built)

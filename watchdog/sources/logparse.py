@@ -137,23 +137,12 @@ class LogPatterns:
         )
 
 
-_IN_FORCE: list[LogPatterns] = []  # set once by the daemon's wiring (operator profiles too)
-
-
 @functools.cache
-def _shipped_patterns() -> LogPatterns:
-    return LogPatterns.from_engines(load_engines())
-
-
 def default_patterns() -> LogPatterns:
-    """The formats in force: those `use_patterns` set, else the shipped profiles' (loaded on
-    first use, never at import)."""
-    return _IN_FORCE[-1] if _IN_FORCE else _shipped_patterns()
-
-
-def use_patterns(patterns: LogPatterns) -> None:
-    """Make `patterns` (shipped + `--engines` profiles) the formats every reader uses."""
-    _IN_FORCE[:] = [patterns]
+    """The shipped profiles' formats (loaded on first use, never at import). Operator
+    `--engines` profiles reach a reader only as the LogPatterns it is given: the daemon's
+    wiring builds one from its engine profiles and passes it down; nothing here is set."""
+    return LogPatterns.from_engines(load_engines())
 
 
 def parse_line(

@@ -19,7 +19,7 @@ from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.linesplit import Block, BlockSplitter, count_eols
-from watchdog.sources.logparse import clean_line, parse_line
+from watchdog.sources.logparse import LogPatterns, clean_line, parse_line
 from watchdog.sources.logscan import BlockScanner, StackBlocks, parse_text, tail_lines
 from watchdog.sources.logstacks import StackScanner
 from watchdog.sources.streamreader import StreamReader
@@ -214,6 +214,7 @@ class LogSource:
         readers: Sequence[LineReader],
         *,
         keep: re.Pattern[str] | None = None,
+        patterns: LogPatterns | None = None,
         max_events_per_tick: int = 500,
         tail_lines: int = 2000,
         name: str = "logs",
@@ -230,7 +231,10 @@ class LogSource:
         # Start and end lines of operations (core/openops.py) are kept too: a stall that
         # lasts inside one of them names its cause.
         self._keep = keep_with_ops(keep, load_ops())
-        self._scanner = BlockScanner(self._keep, clock=clock)
+        # The engine log formats (shipped plus operator `--engines` profiles) this source reads;
+        # None: the shipped ones. Each source holds its own: nothing is set module-wide.
+        self._patterns = patterns
+        self._scanner = BlockScanner(self._keep, patterns=patterns, clock=clock)
         self._stack_blocks = StackBlocks(self._scanner, clock=clock)
         self._budget_s = budget_s
         self._clock = clock
@@ -279,7 +283,7 @@ class LogSource:
             if not line:
                 continue
             self._tail.append(line[:_TAIL_LINE_CHARS])
-            events.extend(parse_text(line, reader.name, self._keep))
+            events.extend(parse_text(line, reader.name, self._keep, self._patterns))
         return events
 
     def _report_skips(self) -> None:
@@ -319,7 +323,7 @@ class LogSource:
             if not line or self._held.get(key) == line:
                 continue
             self._held[key] = line
-            event = parse_line(line, source=reader.name)
+            event = parse_line(line, source=reader.name, patterns=self._patterns)
             if event is not None and event.kind in _BAR_KINDS:
                 out.append(event)
         return out

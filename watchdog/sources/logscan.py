@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from watchdog.core.model import LogEvent
 from watchdog.sources.linesplit import Block, count_lines, split_records
-from watchdog.sources.logparse import clean_line, literal_keys, parse_line
+from watchdog.sources.logparse import LogPatterns, clean_line, literal_keys, parse_line
 from watchdog.sources.prefilter import Prefilter, required_literals
 
 if TYPE_CHECKING:
@@ -22,31 +22,43 @@ if TYPE_CHECKING:
 
 
 def prefilter_for(
-    keep: re.Pattern[str] | None, extra: Iterable[str] = (), *, hyperscan: bool = True
+    keep: re.Pattern[str] | None,
+    extra: Iterable[str] = (),
+    *,
+    hyperscan: bool = True,
+    patterns: LogPatterns | None = None,
 ) -> Prefilter:
-    """The prefilter for the parser's keys, the keep pattern's literals and `extra` keys."""
+    """The prefilter for the parser's keys (of `patterns`, else the shipped formats), the keep
+    pattern's literals and `extra` keys."""
     keep_keys = required_literals(keep)
     if keep_keys is None:  # a keep rule without a literal: every line must be parsed
         return Prefilter(None)
-    return Prefilter((*literal_keys(), *keep_keys, *extra), hyperscan=hyperscan)
+    return Prefilter((*literal_keys(patterns), *keep_keys, *extra), hyperscan=hyperscan)
 
 
-def parse_text(raw: str, source: str, keep: re.Pattern[str] | None) -> list[LogEvent]:
+def parse_text(
+    raw: str, source: str, keep: re.Pattern[str] | None, patterns: LogPatterns | None = None
+) -> list[LogEvent]:
     """The events of one decoded physical line (clean, split glued records, parse each)."""
     line = clean_line(raw)
     if not line:
         return []
     out = []
     for record in split_records(line):
-        event = parse_line(record, source=source, keep=keep)
+        event = parse_line(record, source=source, keep=keep, patterns=patterns)
         if event is not None:
             out.append(event)
     return out
 
 
-def parse_lines(lines: Iterable[str], source: str, keep: re.Pattern[str] | None) -> list[LogEvent]:
+def parse_lines(
+    lines: Iterable[str],
+    source: str,
+    keep: re.Pattern[str] | None,
+    patterns: LogPatterns | None = None,
+) -> list[LogEvent]:
     """The reference path: every line parsed, none skipped."""
-    return [ev for raw in lines for ev in parse_text(raw, source, keep)]
+    return [ev for raw in lines for ev in parse_text(raw, source, keep, patterns)]
 
 
 class BlockScanner:
@@ -57,10 +69,15 @@ class BlockScanner:
         keep: re.Pattern[str] | None,
         *,
         prefilter: Prefilter | None = None,
+        patterns: LogPatterns | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`patterns`: the engine log formats to read (None: the shipped profiles')."""
         self.keep = keep
-        self.prefilter = prefilter if prefilter is not None else prefilter_for(keep)
+        self.patterns = patterns
+        if prefilter is None:
+            prefilter = prefilter_for(keep, patterns=patterns)
+        self.prefilter = prefilter
         self._clock = clock
 
     def scan(
@@ -69,11 +86,11 @@ class BlockScanner:
         """(events, candidate lines left unparsed because the deadline passed)."""
         events: list[LogEvent] = []
         spans = self.prefilter.spans(block.data)
-        clock, keep = self._clock, self.keep
+        clock, keep, pats = self._clock, self.keep, self.patterns
         for i, (start, end) in enumerate(spans):
             if i % 64 == 63 and clock() > deadline:
                 return events, len(spans) - i
-            events += parse_text(block.text(start, end), source, keep)
+            events += parse_text(block.text(start, end), source, keep, pats)
         return events, 0
 
 
@@ -121,7 +138,7 @@ class StackBlocks:
         events: list[LogEvent] = []
         ci = si = seen = 0
         pos, end = 0, len(data)
-        keep, clock = self.parser.keep, self._clock
+        keep, clock, pats = self.parser.keep, self._clock, self.parser.patterns
         while pos < end:
             seen += 1
             if seen % 64 == 0 and clock() > deadline:
@@ -134,7 +151,7 @@ class StackBlocks:
                     if ci % 64 == 63 and clock() > deadline:
                         return events, count_lines(data[cands[ci][0] :])
                     if cands[ci][0] >= pos:
-                        events += parse_text(block.text(*cands[ci]), source, keep)
+                        events += parse_text(block.text(*cands[ci]), source, keep, pats)
                     ci += 1
                 pos = next_start
                 if pos >= end:
@@ -148,7 +165,7 @@ class StackBlocks:
             while ci < len(cands) and cands[ci][0] < start:
                 ci += 1
             if ci < len(cands) and cands[ci][0] == start:
-                events += parse_text(line, source, keep)
+                events += parse_text(line, source, keep, pats)
                 ci += 1
         return events, 0
 

@@ -66,6 +66,7 @@ class _Dump:
     threads: list[_Thread] = field(default_factory=list)
     gap: int = 0  # unrelated lines of this stream since the last dump line
     fed: bool = True  # got a line since the last tick
+    last: int = 0  # the scanner's line count at this dump's last line
     reverse: bool = False  # tracebacks list the outermost frame first
     exc: str = ""
 
@@ -78,10 +79,25 @@ class _Dump:
 
 
 class StackScanner:
-    """Feed it cleaned log lines in order; it hands back each dump once it has ended."""
+    """Feed it cleaned log lines in order; it hands back each dump once it has ended.
 
-    def __init__(self, *, max_gap: int = 3, max_frames: int = 128, max_threads: int = 128) -> None:
+    A dump ends after `max_gap` unrelated lines of its own stream, or after `max_span` lines of
+    any stream without one of its own: a process writes its dump in one burst, so a dump whose
+    stream went quiet while others kept logging (a busy API server's access lines) has ended.
+    That bound is also what lets the block path stop feeding every line soon after a dump.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_gap: int = 3,
+        max_span: int = 200,
+        max_frames: int = 128,
+        max_threads: int = 128,
+    ) -> None:
         self.max_gap, self.max_frames, self.max_threads = max_gap, max_frames, max_threads
+        self.max_span = max_span
+        self._n = 0  # lines fed
         self._open: dict[str, _Dump] = {}
         self._pending_pid: dict[str, tuple[int, str]] = {}  # SGLang's "Pyspy dump for PID N:"
 
@@ -90,7 +106,8 @@ class StackScanner:
         if len(raw) > 4096:
             raw = raw[:4096]
         msg, key, pid = strip_prefixes(raw)
-        out: list[LogEvent] = []
+        self._n += 1
+        out: list[LogEvent] = self._expire(key, source) if self._open else []
         dump = self._open.get(key)
         if dump is not None and self._extend(dump, msg):
             return out
@@ -98,6 +115,7 @@ class StackScanner:
         if started is not None:
             if dump is not None:
                 out += self._close(key, source)
+            started.last = self._n
             self._open[key] = started
             return out
         if dump is not None:
@@ -108,6 +126,14 @@ class StackScanner:
         m = SGLANG_DUMP.search(msg)
         if m is not None:
             self._pending_pid[key] = (int(m.group("pid")), raw)
+        return out
+
+    def _expire(self, key: str, source: str) -> list[LogEvent]:
+        """Close the other streams' dumps that got no line in the last `max_span` lines."""
+        out: list[LogEvent] = []
+        for other in [k for k, d in self._open.items() if self._n - d.last > self.max_span]:
+            if other != key:
+                out += self._close(other, source)
         return out
 
     @property
@@ -169,6 +195,7 @@ class StackScanner:
         matched = self._continue(dump, msg)
         if matched:
             dump.gap = 0
+            dump.last = self._n
         return matched
 
     def _continue(self, dump: _Dump, msg: str) -> bool:

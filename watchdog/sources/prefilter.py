@@ -142,16 +142,32 @@ class Prefilter:
         """(start, end) of each candidate line, in order, EOLs excluded; all lines if off."""
         if self.keys is None:
             return line_spans(block)
-        out: list[tuple[int, int]] = []
-        last_end = -1
-        for pos in sorted(self.hits(block)):
-            if pos < last_end:
-                continue
-            start = _line_start(block, pos)
-            end = _line_end(block, pos)
-            out.append((start, end))
-            last_end = end
-        return out
+        return spans_at(block, self.hits(block))
+
+
+def spans_at(block: bytes, positions: Iterable[int]) -> list[tuple[int, int]]:
+    """(start, end) of each line holding one of `positions`, in order, once each."""
+    out: list[tuple[int, int]] = []
+    last_end = -1
+    for pos in sorted(positions):
+        if pos < last_end:
+            continue
+        start = _line_start(block, pos)
+        end = _line_end(block, pos)
+        out.append((start, end))
+        last_end = end
+    return out
+
+
+def keys_of(patterns: Iterable[re.Pattern[str] | None]) -> _Lits | None:
+    """The literal keys of every pattern together; None if one of them has none."""
+    out: list[str] = []
+    for pattern in patterns:
+        found = required_literals(pattern)
+        if found is None:
+            return None
+        out += found
+    return tuple(out)
 
 
 def _line_start(block: bytes, pos: int) -> int:

@@ -1,5 +1,9 @@
 """Finds the server process and reads its whole tree each tick: titles, CPU, I/O, compilers.
 
+What changes each tick (CPU time, I/O, status) is read each tick; what does not (the tree's
+membership, each process's title) is re-read every `tree_every_s`: finding the children reads
+every process's /proc/N/stat on the host, and a title is set once by setproctitle at start.
+
 The target is found by a strategy (a PID, a command-line regex, a systemd unit, or the child
 the watchdog supervises) and followed across restarts. vLLM names its processes with
 setproctitle (`VLLM::EngineCore`, `VLLM::Worker_TP0`, ...), so the joined command line is the
@@ -144,7 +148,10 @@ class ProcSource:
         psutil_module: ModuleType = psutil,
         clock: Callable[[], float] = time.monotonic,
         engine: EngineRef | None = None,
+        tree_every_s: float = 5.0,
     ) -> None:
+        """`tree_every_s`: how often the tree's membership and titles are read again (a new
+        child, a compiler say, shows within that; a vanished one at once)."""
         self.finder = finder
         self.engine = engine  # detected from the target's command line and its children's titles
         self._detected_for: int | None = None
@@ -154,6 +161,10 @@ class ProcSource:
         self._pid: int | None = None
         self._create_time: float | None = None
         self._last: ProcSnapshot = ProcSnapshot(target_pid=None, alive=False)
+        self._tree_every_s = tree_every_s
+        self._tree: list[Any] = []  # psutil.Process objects of the last membership read
+        self._tree_at = float("-inf")
+        self._titles: dict[int, str] = {}  # pid -> title, read with the membership
 
     def _same_process(self, pid: int, create_time: float | None) -> bool:
         """Is pid alive and the process we saw before (not a reused PID, not a zombie)?"""
@@ -227,25 +238,49 @@ class ProcSource:
         return pid is None or not self._ps.pid_exists(pid)
 
     def _walk(self, pid: int) -> list[ProcInfo]:
-        try:
-            root = self._ps.Process(pid)
-            tree = [root, *root.children(recursive=True)]
-        except self._ps.NoSuchProcess:
-            self.health.ok()
-            return []
-        except self._ps.AccessDenied:
-            self.health.down(
-                f"permission denied reading process {pid}; run the watchdog as the same user "
-                "or with CAP_SYS_PTRACE (Kubernetes: shareProcessNamespace + SYS_PTRACE)"
-            )
-            return []
+        now = self._clock()
+        fresh = (
+            not self._tree or self._tree[0].pid != pid or now - self._tree_at >= self._tree_every_s
+        )
+        if fresh:
+            try:
+                root = self._ps.Process(pid)
+                self._tree = [root, *root.children(recursive=True)]
+            except self._ps.NoSuchProcess:
+                self.health.ok()
+                self._tree = []
+                return []
+            except self._ps.AccessDenied:
+                self.health.down(
+                    f"permission denied reading process {pid}; run the watchdog as the same user "
+                    "or with CAP_SYS_PTRACE (Kubernetes: shareProcessNamespace + SYS_PTRACE)"
+                )
+                self._tree = []
+                return []
+            self._tree_at, self._titles = now, {}
         self.health.ok()
-        infos = []
-        for p in tree:
+        infos: list[ProcInfo] = []
+        members = {p.pid for p in self._tree}
+        for p in self._tree:
             info = self._info(p)
-            if info is not None:
+            # a child whose parent is no longer in the tree (reparented, or its PID reused by
+            # another process) is not ours: a fresh walk would not find it either
+            if info is not None and (not infos or info.ppid in members):
                 infos.append(info)
+        if len(infos) < len(self._tree):  # one vanished: read the membership again next tick
+            self._tree_at = float("-inf")
         return infos
+
+    def _title(self, p: Any, name: str) -> str:
+        """The joined command line (setproctitle's title), read with the tree's membership."""
+        title = self._titles.get(p.pid)
+        if title is None:
+            try:
+                title = " ".join(p.cmdline()) or name
+            except self._ps.AccessDenied:
+                title = name
+            self._titles[p.pid] = title
+        return title
 
     def _info(self, p: Any) -> ProcInfo | None:
         """One process, or None when it vanished mid-walk; unreadable fields become None."""
@@ -255,10 +290,7 @@ class ProcSource:
                 name = p.name()
                 ppid = p.ppid()
                 status = p.status()
-                try:
-                    title = " ".join(p.cmdline()) or name
-                except ps.AccessDenied:
-                    title = name
+                title = self._title(p, name)
                 try:
                     times = p.cpu_times()
                     cpu_s: float | None = times.user + times.system

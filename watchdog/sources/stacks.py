@@ -31,6 +31,7 @@ from watchdog.sources.stackparse import (
     preflight_pyspy,
     resolve_pyspy,
 )
+from watchdog.sources.stacktext import render_text
 
 __all__ = ["CaptureResult", "StackCapturer", "preflight_pyspy", "resolve_pyspy"]
 
@@ -176,13 +177,13 @@ class StackCapturer:
             d.native, d.native_failed, d.kind, d.error, d.fix = False, True, "ok", None, None
             ok = self._dump_json(exe, d, second=False)
         if ok:
-            d.text = self._dump_text(exe, d)
+            d.text = render_text(d.proc.pid, d.proc.title, d.raw_json)
 
     def _second(self, exe: str, d: _PidDump) -> None:
         later = _PidDump(d.proc, native=d.native, deadline=d.deadline)
         if self._dump_json(exe, later, second=True):
             d.threads = mark_unchanged(d.threads, later.threads)
-            d.second_text = self._dump_text(exe, d)
+            d.second_text = render_text(d.proc.pid, d.proc.title, later.raw_json)
 
     def _dump_json(self, exe: str, d: _PidDump, *, second: bool) -> bool:
         rc, out, err = self._run(self._argv(exe, d, json_out=True), d.deadline)
@@ -199,10 +200,6 @@ class StackCapturer:
             d.kind, d.error, d.fix = "error", str(e), None
             return False
         return True
-
-    def _dump_text(self, exe: str, d: _PidDump) -> str | None:
-        rc, out, _ = self._run(self._argv(exe, d, json_out=False), d.deadline)
-        return out if rc == 0 else None
 
     def _argv(self, exe: str, d: _PidDump, *, json_out: bool) -> list[str]:
         argv = [exe, "dump", "--pid", str(d.proc.pid)]
