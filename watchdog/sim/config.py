@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -71,8 +72,26 @@ class SimConfig:
 
     @property
     def engine_role(self) -> str:
-        """The title of the process that steps the batch for this engine."""
-        return ROLE_SGLANG_SCHEDULER if self.engine == "sglang" else ROLE_ENGINE
+        """The title of the process that steps the batch for this engine (SGLang: TP rank 0)."""
+        if self.engine == "sglang":
+            return sglang_scheduler_title(0, self.tp)
+        return ROLE_ENGINE
+
+
+def sglang_scheduler_title(rank: int, tp: int) -> str:
+    """`sglang::scheduler` at TP=1, `sglang::scheduler_TP<rank>` at TP>1.
+
+    srt/managers/scheduler.py configure_scheduler_process (sglang 0.5.23): the title is
+    "sglang::scheduler" + the log prefix with spaces as underscores, and the prefix has
+    " TP<rank>" only when tp_size > 1 (no DP/PP/EP here: their sizes are 1).
+    """
+    return ROLE_SGLANG_SCHEDULER + (f"_TP{rank}" if tp > 1 else "")
+
+
+def sglang_rank_of(role: str) -> int | None:
+    """The TP rank in a `sglang::scheduler_TP<n>` title, else None."""
+    match = re.fullmatch(re.escape(ROLE_SGLANG_SCHEDULER) + r"_TP(\d+)", role)
+    return int(match.group(1)) if match else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,8 +122,8 @@ def _parser() -> argparse.ArgumentParser:
         "--hang-rank",
         type=int,
         default=-1,
-        help="TP>1: this worker rank downloads (cubin_download_stall) or spins (kernel_deadlock) "
-        "while the other ranks wait in all_reduce",
+        help="TP>1: this worker rank (SGLang: scheduler rank) downloads (cubin_download_stall) "
+        "or spins (kernel_deadlock) while the other ranks wait in all_reduce",
     )
     p.add_argument("--cdn-url", help="stand-in cubin CDN base URL (must be loopback)")
     p.add_argument("--cdn-timeout", type=float, default=600.0, help="per-attempt HTTP timeout")
@@ -162,7 +181,7 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimConfi
         if getattr(ns, name) < low:
             flag = "--" + name.replace("_", "-")
             _parser().error(f"{flag} must be >= {low} (got {getattr(ns, name)})")
-    if ns.engine == "sglang" and (ns.tp > 1 or ns.mode != "serve"):
-        _parser().error("--engine sglang is simulated with --tp 1 in serve mode only")
+    if ns.engine == "sglang" and ns.mode != "serve":
+        _parser().error("--engine sglang is simulated in serve mode only (no bench CLI)")
     values = {k: v for k, v in vars(ns).items() if k in SimConfig.__dataclass_fields__}
     return SimConfig(**values, trtllm_disabled=trtllm_disabled(extra, env), argv=tuple(argv))

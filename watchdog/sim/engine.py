@@ -9,7 +9,6 @@ main thread where a real engine parks: in `download_file` (cubin_download_stall)
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from watchdog.sim.config import SimConfig
 from watchdog.sim.flashinfer.jit import cubin_loader
 from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.output import Console
+from watchdog.sim.sglang_ranks import RANK_HANGS, SiblingPids, rank_hang, rank_prefix
 from watchdog.sim.startup import Startup
 from watchdog.sim.torch_stub import cuda
 from watchdog.sim.torch_stub.torch.distributed import distributed_c10d
@@ -61,6 +61,9 @@ class Engine:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.gpu: GpuFileWriter | None = None
         self.counters = {"prompt_tokens": 0, "gen_tokens": 0, "iterations": 0, "done": 0}
+        self.sglang_ranks: SiblingPids | None = None
+        if cfg.engine == "sglang" and cfg.tp > 1:
+            self.sglang_ranks = SiblingPids(cfg)  # the launcher starts the other ranks
 
     def report(self, ev: str, **fields: Any) -> None:
         """One status line to the API/CLI process."""
@@ -95,6 +98,8 @@ class Engine:
 
     def gpu_pids(self, gpu: int) -> list[int]:
         """Compute processes on a GPU: the worker for its rank with TP>1, else the engine."""
+        if self.sglang_ranks is not None:
+            return self.sglang_ranks(gpu)
         if gpu < len(self.workers):
             return [self.workers[gpu].pid]
         return [self.pid]
@@ -110,6 +115,11 @@ class Engine:
         if scenario == "hang_unless_fallback":
             scenario = "healthy" if self.cfg.trtllm_disabled else "kernel_deadlock"
         running = self.batch_size()
+        if self.sglang_ranks is not None and scenario in RANK_HANGS:
+            # SGLang TP>1: this process is rank 0 itself, no workers to command.
+            self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
+            self.report("step", running=running, waiting=self.total_waiting(running))
+            rank_hang(self.cfg, scenario, 0)
         if scenario == "collective_wait" or (
             scenario in ("kernel_deadlock", "cubin_download_stall") and self.hang_rank_valid()
         ):
@@ -133,11 +143,12 @@ class Engine:
 
     def fetch_cubins(self) -> None:
         """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
-        cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
         if self.cfg.engine == "sglang":
-            # srt/utils/common.py configure_logger: flashinfer.jit's logger set to ERROR, so
-            # no `Fetching ...` line ever appears under SGLang.
-            cubin_loader.logger.setLevel(logging.ERROR)
+            from watchdog.sim.sglang_ranks import fetch_cubins
+
+            fetch_cubins(self.cfg)  # FlashInfer's logger at ERROR under SGLang
+            return
+        cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
         for name in CUBINS:
             cubin_loader.get_cubin_callback(name.encode(), b"", timeout=self.cfg.cdn_timeout)
 
@@ -195,7 +206,7 @@ class Engine:
 
     def spawn_workers(self) -> None:
         """TP>1: one `VLLM::Worker_TPn` child per rank, each fed commands on its stdin."""
-        if self.cfg.tp <= 1:
+        if self.cfg.tp <= 1 or self.cfg.engine == "sglang":
             return
         base = _without_role(self.cfg.argv)
         for rank in range(self.cfg.tp):
@@ -242,6 +253,8 @@ def run_engine(cfg: SimConfig, console: Console) -> int:
     sysutil.set_title(cfg.engine_role)
     sysutil.die_with_parent()
     status = os.fdopen(cfg.status_fd, "w") if cfg.status_fd >= 0 else None
+    if cfg.engine == "sglang":
+        console.ranks = rank_prefix(cfg, 0)
     engine = Engine(cfg, console, status)
     signal.signal(signal.SIGTERM, engine.shutdown)
     return engine.run()

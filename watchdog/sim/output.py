@@ -78,6 +78,7 @@ class Console:
         engine: str = "vllm",
     ) -> None:
         self.engine = engine
+        self.ranks = ""  # SGLang's log prefix of this process, e.g. " TP1" (TP>1 schedulers)
         self._out = out
         self._err = err
         self._log_path = log_path
@@ -111,11 +112,11 @@ class Console:
         prefix = f"({proc} pid={pid}) " if proc else ""
         self.line(f"{prefix}{level} {stamp} [{where}] {msg}")
 
-    def sglang(self, msg: str, ranks: str = "") -> None:
+    def sglang(self, msg: str, ranks: str | None = None) -> None:
         """SGLang's line: `[%Y-%m-%d %H:%M:%S{ranks}] msg` (srt/utils/common.py configure_logger;
         the rank prefix, e.g. ` TP0`, only when a parallel size is > 1)."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._clock()))
-        self.line(f"[{stamp}{ranks}] {msg}")
+        self.line(f"[{stamp}{self.ranks if ranks is None else ranks}] {msg}")
 
 
 class Bar:
