@@ -27,6 +27,7 @@ from watchdog.sim.sglang_ranks import RANK_HANGS, SiblingPids, rank_hang, rank_p
 from watchdog.sim.startup import Startup
 from watchdog.sim.torch_stub import cuda
 from watchdog.sim.torch_stub.torch.distributed import distributed_c10d
+from watchdog.sim.trtllm_engine import TrtllmHooks
 
 PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
 STEP_S = 0.1
@@ -61,6 +62,7 @@ class Engine:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.gpu: GpuFileWriter | None = None
         self.counters = {"prompt_tokens": 0, "gen_tokens": 0, "iterations": 0, "done": 0}
+        self.trtllm = TrtllmHooks(self) if cfg.engine == "trtllm" else None
         self.sglang_ranks: SiblingPids | None = None
         if cfg.engine == "sglang" and cfg.tp > 1:
             self.sglang_ranks = SiblingPids(cfg)  # the launcher starts the other ranks
@@ -91,6 +93,11 @@ class Engine:
             from watchdog.sim.sglang import SglangStartup
 
             SglangStartup(self.cfg, self.con, PROC, workdir).run()
+        elif self.trtllm is not None:
+            from watchdog.sim.trtllm import TrtllmStartup
+
+            TrtllmStartup(self.cfg, self.con, PROC, workdir).run()
+            self.trtllm.started()
         else:
             Startup(self.cfg, self.con, PROC, workdir).run()
         self.report("ready")
@@ -148,6 +155,9 @@ class Engine:
 
             fetch_cubins(self.cfg)  # FlashInfer's logger at ERROR under SGLang
             return
+        if self.trtllm is not None:
+            self.trtllm.fetch_cubins()
+            return
         cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
         for name in CUBINS:
             cubin_loader.get_cubin_callback(name.encode(), b"", timeout=self.cfg.cdn_timeout)
@@ -181,6 +191,8 @@ class Engine:
             if cfg.mode == "bench":
                 self.counters["done"] = min(cfg.num_prompts, self.counters["done"] + int(per_step))
             self.report("step", running=running, waiting=self.total_waiting(running))
+            if self.trtllm is not None:
+                self.trtllm.on_step(running, running + self.total_waiting(running))
             if cfg.mode == "bench" and self.counters["done"] >= cfg.num_prompts:
                 self.set_gpu("idle")
                 self.report("finished")
@@ -197,6 +209,8 @@ class Engine:
 
             for line in SCHEDULER_TRACE:
                 self.con.sglang(line)
+        elif self.trtllm is not None:
+            self.trtllm.die()
         else:
             for line in FATAL_TRACE:
                 self.log("ERROR", "core.py:1361", line)
@@ -250,7 +264,8 @@ def _without_role(argv: Sequence[str]) -> list[str]:
 
 def run_engine(cfg: SimConfig, console: Console) -> int:
     """Entry point of the EngineCore role."""
-    sysutil.set_title(cfg.engine_role)
+    if cfg.engine != "trtllm":  # TensorRT-LLM sets no process title
+        sysutil.set_title(cfg.engine_role)
     sysutil.die_with_parent()
     status = os.fdopen(cfg.status_fd, "w") if cfg.status_fd >= 0 else None
     if cfg.engine == "sglang":

@@ -4,7 +4,8 @@ The top process is the API server (serve) or the `vllm bench throughput` CLI (be
 a `VLLM::EngineCore` child (and `VLLM::Worker_TPn` children with --tp > 1) that does the pretend
 GPU work and hangs the way real engines hang. With `--engine sglang` the launcher's children are
 `sglang::scheduler` (`sglang::scheduler_TP<n>`, one per rank, with --tp > 1) and
-`sglang::detokenizer`. See docs/demo.md.
+`sglang::detokenizer`; with `--engine trtllm` (trtllm-serve) it is the MPI pool worker
+`mpi4py.futures.server` running the executor. See docs/demo.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from watchdog.sim.config import (
     ROLE_ENGINE,
     ROLE_SGLANG_DETOKENIZER,
     ROLE_SGLANG_SCHEDULER,
+    ROLE_TRTLLM_WORKER,
     SimConfig,
     parse,
     sglang_rank_of,
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
     console = Console(sys.stdout, sys.stderr, cfg.log_file, engine=cfg.engine)
-    if cfg.role in (ROLE_ENGINE, ROLE_SGLANG_SCHEDULER, cfg.engine_role):
+    if cfg.role in (ROLE_ENGINE, ROLE_SGLANG_SCHEDULER, ROLE_TRTLLM_WORKER, cfg.engine_role):
         return run_engine(cfg, console)
     if sglang_rank_of(cfg.role) is not None:
         return run_sglang_rank(cfg, console, sglang_rank_of(cfg.role) or 0)
