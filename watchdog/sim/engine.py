@@ -26,7 +26,6 @@ from watchdog.sim.output import Console
 from watchdog.sim.sglang_ranks import RANK_HANGS, SiblingPids, rank_hang, rank_prefix
 from watchdog.sim.startup import Startup
 from watchdog.sim.torch_stub import cuda
-from watchdog.sim.torch_stub.torch.distributed import distributed_c10d
 from watchdog.sim.trtllm_engine import TrtllmHooks
 
 PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
@@ -275,47 +274,7 @@ def run_engine(cfg: SimConfig, console: Console) -> int:
     return engine.run()
 
 
-def run_idle_child(title: str) -> int:
-    """A titled child that only lives as long as its parent (SGLang's detokenizer)."""
-    sysutil.set_title(title)
-    sysutil.die_with_parent()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    while True:
-        time.sleep(3600)
-
-
 def collective_rpc() -> None:
     """The engine waits for its workers' replies (vLLM's executor collective_rpc), forever."""
     while True:
         time.sleep(0.05)
-
-
-def run_worker(cfg: SimConfig, title: str) -> int:
-    """Entry point of a `VLLM::Worker_TPn`: idle until told to hang; exits when stdin closes.
-
-    `hang` spins every rank; `SCENARIO RANK` makes RANK the cause (cubin download or spin) and
-    every other rank wait for it in all_reduce, as NCCL ranks wait on a stuck peer.
-    """
-    sysutil.set_title(title)
-    sysutil.die_with_parent()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    rank = int(title.rsplit("TP", 1)[-1])
-    for line in sys.stdin:
-        words = line.split()
-        if words == ["hang"]:
-            cuda.synchronize()
-        elif len(words) == 2:
-            worker_hang(cfg, words[0], rank == int(words[1]))
-    return 0
-
-
-def worker_hang(cfg: SimConfig, scenario: str, is_cause: bool) -> None:
-    """One worker's part in a rank-level hang."""
-    if not is_cause or scenario == "collective_wait":
-        distributed_c10d.all_reduce([1.0])
-    elif scenario == "kernel_deadlock":
-        cuda.synchronize()
-    else:
-        cubin_loader.configure_logging(sys.stderr, cfg.log_file)
-        for name in CUBINS:
-            cubin_loader.get_cubin_callback(name.encode(), b"", timeout=cfg.cdn_timeout)

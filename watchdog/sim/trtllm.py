@@ -112,7 +112,11 @@ class TrtllmStartup(Startup):
 
 
 class HangDetector:
-    """HangDetector: no checkpoint for `timeout` s -> error lines, stack dump, self-SIGKILL."""
+    """HangDetector: no checkpoint for `timeout` s -> error lines, stack dump, self-SIGKILL.
+
+    The two `Hang detected` lines and the self-SIGKILL line are TensorRT-LLM's; the stack dump
+    between them (upstream `print_all_stacks`) is the simulator's own rendering.
+    """
 
     def __init__(self, timeout: float, log: Callable[[str, str], None]) -> None:
         self.timeout = timeout

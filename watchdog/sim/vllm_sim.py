@@ -30,12 +30,13 @@ from watchdog.sim.config import (
     sglang_rank_of,
     sglang_scheduler_title,
 )
-from watchdog.sim.engine import run_engine, run_idle_child, run_worker
+from watchdog.sim.engine import run_engine
 from watchdog.sim.flashinfer.jit.cubin_loader import check_loopback
 from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.link import EngineLink
 from watchdog.sim.output import Console
 from watchdog.sim.sglang_ranks import run_sglang_rank
+from watchdog.sim.workers import run_idle_child, run_worker
 
 
 def announce_port(cfg: SimConfig, console: Console, port: int) -> None:
