@@ -87,7 +87,8 @@ def daemon_point(gpus: int, ranks: int, warmup: float, seconds: float) -> tuple[
     work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
     sim, port = start_sim(work, gpus, ranks)
     argv = [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid), "--no-cdn-default"]
-    argv += ["--vllm-url", f"http://127.0.0.1:{port}", "--gpu-source", f"file:{work / 'gpu.jsonl'}"]
+    argv += ["--server-url", f"http://127.0.0.1:{port}"]
+    argv += ["--gpu-source", f"file:{work / 'gpu.jsonl'}"]
     argv += ["--log-file", str(work / "sim.log"), "--metrics-addr", "127.0.0.1:0"]
     argv += ["--state-dir", str(work / "state")]
     wd = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)

@@ -83,7 +83,7 @@ def one_detection(scenario: str, short: bool, timeout: float) -> float | None:
             time.sleep(0.05)
         port = (work / "port").read_text().strip()
         argv = [sys.executable, "-m", "watchdog", "diagnose", "--pid", str(sim.pid)]
-        argv += ["--vllm-url", f"http://127.0.0.1:{port}", "--no-cdn-default"]
+        argv += ["--server-url", f"http://127.0.0.1:{port}", "--no-cdn-default"]
         argv += ["--gpu-source", f"file:{work / 'gpu.jsonl'}", "--log-file", str(work / "sim.log")]
         argv += ["--cdn-host", f"127.0.0.1:{cdn_port}", "--duration", str(int(timeout))]
         argv += ["--until-hang", "--log-format", "json", *(SHORT if short else [])]
@@ -119,7 +119,7 @@ def one_recovery(timeout: float) -> tuple[float | None, float | None]:
     port = free_port()
     gpu = work / "gpu.jsonl"
     argv = [sys.executable, "-m", "watchdog", "run", "--gpu-source", f"file:{gpu}",
-            "--vllm-url", f"http://127.0.0.1:{port}", "--state-dir", str(work / "state"),
+            "--server-url", f"http://127.0.0.1:{port}", "--state-dir", str(work / "state"),
             "--incident-dir", str(work / "incidents"), "--metrics-addr", "127.0.0.1:0",
             "--no-cdn-default", "--remediate", "--cooldown-s", "0", "--log-format", "json",
             "--", sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario",

@@ -101,7 +101,7 @@ def main() -> None:
     err = (tmp / "watchdog.err").open("wb")
     wd = subprocess.Popen(
         [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid), "--log-file", str(log),
-         "--gpu-source", f"file:{gpu}", "--vllm-url", f"http://127.0.0.1:{port_file.read_text().strip()}",
+         "--gpu-source", f"file:{gpu}", "--server-url", f"http://127.0.0.1:{port_file.read_text().strip()}",
          "--tick-s", str(a.tick_s), "--window-s", str(a.window_s), "--stall-after-s", str(stall),
          "--suspect-after-s", str(min(8.0, stall / 2)), "--blind-stall-after-s", str(stall),
          "--gpu-spin-for-s", str(min(20.0, stall / 2)),

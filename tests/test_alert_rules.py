@@ -124,6 +124,18 @@ def test_rules_and_dashboard_use_only_exported_metrics():
     assert "hang_watchdog_hang" in used and "hang_watchdog_state" in used
 
 
+def test_shipped_queries_read_the_new_source_name():
+    """`source="vllm"` is an alias exported for one release: nothing shipped may select it, and
+    the dashboard's per-source panel leaves it out so each server source shows once."""
+    shipped = [RULES, GRAFANA_ALERTS, ROOT / "kubernetes" / "prometheusrule.yaml", DASHBOARD]
+    shipped.append(ROOT / "grafana" / "hang-watchdog-fleet-dashboard.json")
+    for path in shipped:
+        text = path.read_text().replace('\\"', '"')
+        assert not re.search(r'source\s*=~?\s*"[^"]*\bvllm\b', text), path.name
+    per_source = [e for e in dashboard_exprs() if "by (instance, source)" in e]
+    assert per_source and all('source!="vllm"' in e for e in per_source), per_source
+
+
 def dashboard_exprs() -> list[str]:
     """Every PromQL expression in the dashboard: panels, variables, annotations."""
     dash = json.loads(DASHBOARD.read_text())

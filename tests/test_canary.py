@@ -54,7 +54,7 @@ def test_idle_wedged_server_is_caught_by_the_canary(
     cfg = build_config(
         {
             "pid": sim.pid,
-            "vllm_url": f"http://127.0.0.1:{sim.port}",
+            "server_url": f"http://127.0.0.1:{sim.port}",
             "gpu_source": f"file:{sim.gpu_file}",
             "cdn_default": False,
             "metrics_addr": "off",

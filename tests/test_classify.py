@@ -158,7 +158,7 @@ def test_health_503_is_engine_dead(sigs: SignatureSet) -> None:
     tl.ticks(3)
     v = final(tl.obs, sigs)
     assert (v.state, v.signature) == ("dead", "engine_dead")
-    assert "vllm" in sources(v) and any("503" in e.detail for e in v.evidence)
+    assert "server" in sources(v) and any("503" in e.detail for e in v.evidence)
 
 
 @pytest.mark.parametrize(

@@ -125,7 +125,7 @@ def test_an_incident_dir_that_is_a_file_is_a_config_error_at_start(tmp_path: Pat
     taken = tmp_path / "incidents"
     taken.write_text("not a directory")
     flags = ["--gpu-source", "none", "--no-cdn-default", "--metrics-addr", "off"]
-    done = cli("run", "--vllm-url", "http://127.0.0.1:9", *flags, "--incident-dir", str(taken))
+    done = cli("run", "--server-url", "http://127.0.0.1:9", *flags, "--incident-dir", str(taken))
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert f"key 'incident_dir': {taken} is a file, not a directory" in done.stderr
@@ -136,7 +136,7 @@ def test_a_missing_incident_dir_is_created_at_start(tmp_path: Path) -> None:
     from watchdog.daemon.wiring import build
 
     bundles = tmp_path / "a" / "incidents"
-    values = {"vllm_url": "http://127.0.0.1:9", "gpu_source": "none", "metrics_addr": "off"}
+    values = {"server_url": "http://127.0.0.1:9", "gpu_source": "none", "metrics_addr": "off"}
     cfg = build_config({**values, "cdn_default": False, "incident_dir": str(bundles)})
     build(cfg).close()
     assert bundles.is_dir() and list(bundles.iterdir()) == []

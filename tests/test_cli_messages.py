@@ -43,7 +43,7 @@ def test_run_of_a_file_that_is_not_executable_is_a_usage_error() -> None:
 @pytest.mark.parametrize(
     ("flags", "expected"),
     [
-        ((), "nothing to watch; give --pid, --match, --systemd-unit, --vllm-url or --log-file"),
+        ((), "nothing to watch; give --pid, --match, --systemd-unit, --server-url or --log-file"),
         (("--log-file", "/tmp"), "--log-file /tmp is a directory; give the server's log file"),
         (("--log-file", "x.log", "--duration", "0"), "--duration must be more than 0 seconds"),
         (("--log-file", "x.log", "--duration", "-5"), "--duration must be more than 0 seconds"),

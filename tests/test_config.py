@@ -132,14 +132,14 @@ def test_bad_toml_names_the_file(tmp_path: Path) -> None:
 
 
 def test_unknown_key_exits_2_through_the_cli(tmp_path: Path) -> None:
-    path = _toml(tmp_path, 'vllm_url = "http://127.0.0.1:8000"\nstall_afer_s = 5\n')
+    path = _toml(tmp_path, 'server_url = "http://127.0.0.1:8000"\nstall_afer_s = 5\n')
     proc = run_watchdog("run", "--config", str(path))
     assert proc.returncode == 2
     assert "stall_afer_s" in proc.stderr and str(path) in proc.stderr
 
 
 def test_bad_flag_value_exits_2_through_the_cli(tmp_path: Path) -> None:
-    path = _toml(tmp_path, 'vllm_url = "http://127.0.0.1:8000"\n')
+    path = _toml(tmp_path, 'server_url = "http://127.0.0.1:8000"\n')
     proc = run_watchdog("run", "--config", str(path), "--gpu-spin-sm", "1.5")
     assert proc.returncode == 2
     assert "gpu_spin_sm" in proc.stderr
@@ -168,7 +168,7 @@ def test_nan_in_the_toml_file_is_refused(tmp_path: Path) -> None:
     [("--stall-after-s", "nan", "stall_after_s"), ("--tick-s", "inf", "tick_s")],
 )
 def test_non_finite_flags_exit_2_without_a_traceback(flag: str, value: str, key: str) -> None:
-    url = ["--vllm-url", "http://127.0.0.1:8000"]
+    url = ["--server-url", "http://127.0.0.1:8000"]
     proc = run_watchdog("run", *url, "--no-cdn-default", flag, value)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and f"'{key}'" in proc.stderr
@@ -199,7 +199,7 @@ def test_window_longer_than_every_threshold_is_accepted() -> None:
 
 
 def test_window_shorter_than_the_stall_exits_2_through_the_cli() -> None:
-    proc = run_watchdog("run", "--vllm-url", "http://127.0.0.1:8000", "--no-cdn-default",
+    proc = run_watchdog("run", "--server-url", "http://127.0.0.1:8000", "--no-cdn-default",
                 "--window-s", "10", "--stall-after-s", "20")  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     assert "'window_s'" in proc.stderr and "stall_after_s (20 s)" in proc.stderr
@@ -233,27 +233,27 @@ def test_a_config_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> Non
         "http://:8000",
     ],
 )
-def test_a_bad_vllm_url_is_refused(url: str) -> None:
+def test_a_bad_server_url_is_refused(url: str) -> None:
     with pytest.raises(ConfigError, match="e.g. http://127.0.0.1:8000") as info:
-        build_config({"vllm_url": url}, origin="site.toml")
-    assert "'vllm_url'" in str(info.value) and repr(url) in str(info.value)
+        build_config({"server_url": url}, origin="site.toml")
+    assert "'server_url'" in str(info.value) and repr(url) in str(info.value)
 
 
 @pytest.mark.parametrize(
     "url", ["http://127.0.0.1:8000", "https://vllm.internal/prefix/", "http://[::1]:8000"]
 )
-def test_good_vllm_urls_are_accepted(url: str) -> None:
-    assert build_config({"vllm_url": url}).vllm_url == url
+def test_good_server_urls_are_accepted(url: str) -> None:
+    assert build_config({"server_url": url}).server_url == url
 
 
 @pytest.mark.parametrize("host", ["a b:xx", "host:xx", "host:0", "http://host/"])
 def test_a_bad_cdn_host_is_refused_even_without_a_target(host: str) -> None:
     with pytest.raises(ConfigError, match="HOST\\[:PORT\\]|1-65535") as info:
-        build_config({"vllm_url": "http://127.0.0.1:8000", "cdn_hosts": [host]})
+        build_config({"server_url": "http://127.0.0.1:8000", "cdn_hosts": [host]})
     assert "'cdn_hosts'" in str(info.value)
 
 
-def test_bad_vllm_url_flag_exits_2_through_the_cli() -> None:
-    proc = run_watchdog("run", "--vllm-url", "http://127.0.0.1:notport", "--no-cdn-default")
+def test_bad_server_url_flag_exits_2_through_the_cli() -> None:
+    proc = run_watchdog("run", "--server-url", "http://127.0.0.1:notport", "--no-cdn-default")
     assert proc.returncode == 2, proc.stderr
-    assert "'vllm_url'" in proc.stderr and "Traceback" not in proc.stderr
+    assert "'server_url'" in proc.stderr and "Traceback" not in proc.stderr

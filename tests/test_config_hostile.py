@@ -10,7 +10,9 @@ import pytest
 from tests.simfixtures import run_watchdog
 
 CONFIGS = {
-    "unclosed_ipv6": ('vllm_url = "http://[::1"', "vllm_url"),
+    "unclosed_ipv6": ('server_url = "http://[::1"', "server_url"),
+    # the old name of server_url: the error names the key as the file spells it
+    "unclosed_ipv6_old_name": ('vllm_url = "http://[::1"', "given as 'vllm_url', its old name"),
     "pid_too_big": ("pid = 9223372036854775807", "pid"),
     "pid_past_pid_max": ("pid = 99999999", "pid"),
     "regex_overflow": ('match = "a{99999999999}"', "match"),

@@ -132,7 +132,7 @@ def test_a_trickling_server_cannot_hold_the_loop() -> None:
         assert not loop.is_alive(), "a tick is stuck in the trickling scrape"
         # One scrape deadline (2 requests x 1 s + 1 s), then the stuck scrape is skipped.
         assert time.monotonic() - t0 < 3.0 + 2.0
-        assert daemon.window.latest.sources["vllm"] is False
+        assert daemon.window.latest.sources["server"] is False
     finally:
         trickle.close()
         daemon.close()

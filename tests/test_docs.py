@@ -102,6 +102,22 @@ def test_every_config_key_is_documented() -> None:
         assert f"`{f.name}`" in text, f.name
 
 
+def test_every_old_name_is_documented_as_an_alias() -> None:
+    """An alias kept for one release is listed with its new name where operators look for it."""
+    from watchdog.commands.flags import flag_name
+    from watchdog.config import ALIASES
+
+    kept = (ROOT / "docs" / "engines.md").read_text().split("## Names kept for one release")[1]
+    kept = kept.split("\n## ", 1)[0]
+    reference = (ROOT / "docs" / "configuration.md").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for old, new in ALIASES.items():
+        row = f"| `{old}` | `{flag_name(old)}` | `{new}` (`{flag_name(new)}`) |"
+        assert row in reference, old
+        assert f"`{flag_name(old)}" in kept and f"`{old}`" in kept and f"`{new}`" in kept, old
+        assert f"`{flag_name(old)}" in readme and "aliases for one release" in readme, old
+
+
 def test_the_readme_is_a_short_front_page() -> None:
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 300, len(lines)

@@ -97,8 +97,9 @@ def test_cubin_stall_serve_reported_on_defaults(
         mode="serve",
         extra_args=["--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"],
     )
-    args = ["--pid", str(sim.pid), "--vllm-url", f"http://127.0.0.1:{sim.port}", *sim_sources(sim)]
-    args += ["--cdn-host", f"127.0.0.1:{cdn}", "--duration", "100", "--until-hang"]
+    args = ["--pid", str(sim.pid), "--server-url", f"http://127.0.0.1:{sim.port}"]
+    args += [*sim_sources(sim), "--cdn-host", f"127.0.0.1:{cdn}"]
+    args += ["--duration", "100", "--until-hang"]
     args += ["--incident-dir", str(tmp_path / "inc"), "--log-format", "json", "--json"]
     err_path = tmp_path / "diagnose.err"
     with open(err_path, "w", encoding="utf-8") as err:
@@ -128,7 +129,7 @@ def test_cubin_stall_serve_reported_on_defaults(
     verdict = json.loads(out)
     assert verdict["state"] == "hung" and verdict["signature"] == "cubin_download_stall", verdict
     sources = evidence_sources(verdict)
-    assert sources & {"gpu", "progress", "vllm"}, sources
+    assert sources & {"gpu", "progress", "server"}, sources
     assert {"conns", "log"} <= sources, sources
     assert any(
         f"127.0.0.1:{cdn}" in e["detail"] for e in verdict["evidence"] if e["source"] == "conns"
@@ -203,12 +204,18 @@ def test_healthy_serve_with_load_no_hang(
 ) -> None:
     """A server answering steady load for 25 s is reported serving, never hung or stalled."""
     sim = sim_factory("healthy", mode="serve", extra_args=["--load", "4"])
+    # Kept on the old flag on purpose: `--vllm-url` still works for one release, with one
+    # deprecation line (the other attach tests use `--server-url`).
     args = ["--pid", str(sim.pid), "--vllm-url", f"http://127.0.0.1:{sim.port}", *sim_sources(sim)]
     args += [*SHORT, "--duration", "25", "--log-format", "json"]
     done = diagnose(tmp_path, args)
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
     assert no_trouble_lines(done.stderr) == []
     assert any(e.get("new") == "serving" for e in json_lines(done.stderr)), done.stderr[-2000:]
+    notes = [e["message"] for e in json_lines(done.stderr) if "deprecated" in e.get("message", "")]
+    assert notes == [
+        "command line: --vllm-url is deprecated and kept for one release; use --server-url instead"
+    ]
 
 
 @pytest.mark.parametrize(

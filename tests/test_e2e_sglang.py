@@ -29,7 +29,7 @@ SGL = ["--engine", "sglang", "--mode", "serve", "--stats-interval", "1", "--heal
 def sources(sim: SimHandle) -> list[str]:
     return [
         "--pid", str(sim.pid), "--gpu-source", f"file:{sim.gpu_file}",
-        "--log-file", str(sim.log_file), "--vllm-url", f"http://127.0.0.1:{sim.port}",
+        "--log-file", str(sim.log_file), "--server-url", f"http://127.0.0.1:{sim.port}",
     ]  # fmt: skip
 
 

@@ -132,6 +132,18 @@ def test_values_follow_the_observation_and_verdict(sink: MetricsSink, url: str):
     assert got["hang_watchdog_loop_duration_seconds"][1] == {(): 1.0}
 
 
+def test_the_server_source_is_also_exported_under_its_old_name(sink: MetricsSink, url: str):
+    """`source="server"` is the name; `source="vllm"` (its name before) follows it for a release."""
+    for up in (True, False):
+        obs = Observation(t=1.0, wall=2.0, sources={"gpu": True, "server": up})
+        sink.observe(obs, _hung(), 0.1)
+        assert scrape(url)["hang_watchdog_source_up"][1] == {
+            (("source", "gpu"),): 1.0,
+            (("source", "server"),): float(up),
+            (("source", "vllm"),): float(up),
+        }
+
+
 def test_signatures_preset_to_zero_before_any_loop(url: str):
     got = scrape(url)
     assert {k[0][1]: v for k, v in got["hang_watchdog_hang"][1].items()} == dict.fromkeys(

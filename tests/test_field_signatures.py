@@ -9,11 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.obsbuilder import Timeline, events, final, frozen_bar, gpu, procs, spin, stack
+from tests.obsbuilder import (
+    SERVER_PID,
+    Timeline,
+    events,
+    final,
+    frozen_bar,
+    gpu,
+    procs,
+    spin,
+    stack,
+)
 from watchdog.core.classify import Thresholds
 from watchdog.core.logverdict import name_signatures
-from watchdog.core.model import ServerSample
+from watchdog.core.model import ServerSample, Verdict
 from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.sources.gpufile import GpuFileSource
 from watchdog.sources.logs import FileFollower, LogSource
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
@@ -156,6 +167,23 @@ def test_spin_under_graph_replay_is_named_and_a_bare_spin_stays_generic(
     assert final(bare.obs, sigs).signature == "gpu_kernel_spin"
 
 
+def test_a_graph_replay_dump_in_a_stalled_log_is_not_the_spin_without_gpu_evidence(
+    sigs: SignatureSet,
+) -> None:
+    """cuda_graph_kernel_spin requires GPU-spin evidence, which no log holds: a py-spy dump in
+    replay plus a stalled stats line names nothing from the log alone (it did, because a
+    required GPU rule was skipped in log mode), while the live watchdog names it (above)."""
+    # py-spy `dump` text: `Thread N (active): "name"` then `    name (file:line)` frames;
+    # the stats line is the real stalled one from vllm #21148.
+    dump = [
+        'Thread 2101 (active): "MainThread"',
+        "    replay (torch/cuda/graphs.py:88)",
+        "    execute_model (vllm/v1/worker/gpu_model_runner.py:1510)",
+    ]
+    stalled = lines("n90_vllm21148_guided_json_running1_zero.log")
+    assert named(dump + stalled, sigs) == []
+
+
 # vllm/v1/metrics/loggers.py LoggingStatLogger.log: "Engine %03d: Avg prompt throughput: %.1f
 # tokens/s, Avg generation throughput: %.1f tokens/s, Running: %d reqs, Waiting: %d reqs, ..."
 def _stats(running: int, waiting: int, gen: float) -> str:
@@ -175,6 +203,58 @@ def test_nothing_running_with_requests_waiting_is_the_admission_deadlock(
     assert named([_stats(0, 5, 0.0), _stats(3, 2, 41.0)], sigs) == []
     # Idle (nothing waiting) is no deadlock (vllm #16361).
     assert named(lines("n48_vllm16361_idle_stats.log"), sigs) == []
+
+
+def test_real_v0_log_with_pending_and_none_running_is_the_admission_deadlock(
+    sigs: SignatureSet,
+) -> None:
+    """vllm PR #8378: requests stack up in Pending with nothing running; cut before the stall
+    (Pending 12 while prompts still flow at 70.6 tok/s) it names nothing."""
+    stalled = lines("n86_vllm8378_v0_pending_none_running.log")
+    assert named(stalled, sigs) == ["scheduler_admission_deadlock"]
+    assert named(lines("n87_vllm8378_v0_pending_while_prefilling.log"), sigs) == []
+    # A request running with zero throughput (vllm #17972) stalls inside a step: not admission.
+    assert named(lines("n88_vllm17972_running1_zero_throughput_health200.log"), sigs) == []
+
+
+def test_llguidance_toktrie_panic_is_the_structured_output_freeze(sigs: SignatureSet) -> None:
+    """vllm #21204: the guidance backend's Rust token trie panics and the request hangs; a Rust
+    panic from another crate (huggingface/tokenizers #444) or the tokenizers fork warning a run
+    serves through (vllm #15056) names nothing."""
+    panic = lines("n89_vllm21204_llguidance_toktrie_panic.log")
+    assert named(panic, sigs) == ["structured_output_or_tokenizer_freeze"]
+    assert named(lines("n103_tokenizers444_rust_panic_not_toktrie.log"), sigs) == []
+    assert named(lines("n91_vllm15056_tokenizers_fork_warning.log"), sigs) == []
+
+
+def test_live_watchdog_names_the_llguidance_panic_during_a_stall(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    panic = events(lines("n89_vllm21204_llguidance_toktrie_panic.log"), sigs)
+    frozen_bar(tl, 40, first_logs=panic)
+    v = final(tl.obs, sigs)
+    assert (v.state, v.signature) == ("hung", "structured_output_or_tokenizer_freeze")
+    assert any("toktrie" in e.detail for e in v.evidence)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["n93_trt3914_iter_log_before_after.log", "s_i_sgl1612_prefill_batch_time_only_prefix.log"],
+)
+def test_a_line_that_reports_a_step_is_no_log_stall(name: str, sigs: SignatureSet) -> None:
+    """TensorRT-LLM's `iter = N ... num_scheduled_requests: 10` and SGLang's old `Prefill batch`
+    line carry requests but no throughput figure: each says a step ran, so it is progress, not
+    `pending with zero throughput` (which would feed no_progress rules from a healthy log)."""
+    from watchdog.commands.replaylog import read_log
+    from watchdog.core.logverdict import log_stall
+
+    _, evs = read_log((CORPUS / name).read_bytes(), sigs)
+    assert [e for e in evs if e.kind == "stats"], name
+    assert log_stall(evs) is None
+    # A vLLM stats line with zero throughput and a request running still is one (vllm #21148).
+    _, stalled = read_log(
+        (CORPUS / "n90_vllm21148_guided_json_running1_zero.log").read_bytes(), sigs
+    )
+    assert log_stall(stalled) is not None
 
 
 def test_benign_capture_stack_keeps_a_stalled_looking_server_compiling(
@@ -210,6 +290,107 @@ def test_live_log_source_turns_a_dump_in_the_log_into_stack_evidence(
     v = final(tl.obs, sigs, Thresholds())
     assert (v.state, v.signature) == ("hung", "flashinfer_allreduce_fusion_hang")
     assert any("from the log" in e.detail for e in v.evidence)
+
+
+def _live(tmp_path: Path, sigs: SignatureSet, name: str, gpu_line: str) -> Verdict:
+    """The live path on a real excerpt: the file followed as the server's log (its dump is
+    in-log stack evidence) and a `file:` GPU source (sources/gpufile.py) fed `gpu_line`."""
+    log, gpus = tmp_path / "server.log", tmp_path / "gpu.jsonl"
+    log.write_text("", encoding="utf-8")
+    src = LogSource([FileFollower(log, from_start=True)], keep=sigs.log_keep_pattern())
+    gsrc = GpuFileSource(gpus)
+    tl = Timeline(procs=procs(), server=ServerSample(up=True, health_status=200))
+    with gpus.open("a", encoding="utf-8") as fh:
+        fh.write(gpu_line + "\n")
+    frozen_bar(tl, 1)
+    with log.open("a", encoding="utf-8") as fh:
+        fh.write((CORPUS / name).read_text("utf-8"))
+    for _ in range(40):
+        with gpus.open("a", encoding="utf-8") as fh:
+            fh.write(gpu_line + "\n")
+        tl.tick(logs=src.poll(), gpus=gsrc.poll())
+    src.close()
+    gsrc.close()
+    assert all(o.gpus for o in tl.obs[1:]), "the file: GPU source gave no samples"
+    return final(tl.obs, sigs, Thresholds())
+
+
+# A `file:` GPU line (README, GPU sample file): SM busy without memory traffic, idle, or busy
+# with memory traffic; the server's pid so the GPU is its own.
+SPIN = f'{{"gpu": 0, "sm": 0.99, "dram": 0.0, "pids": [{SERVER_PID}]}}'
+IDLE = f'{{"gpu": 0, "sm": 0.0, "dram": 0.0, "pids": [{SERVER_PID}]}}'
+MEMBUSY = f'{{"gpu": 0, "sm": 0.95, "dram": 0.6, "pids": [{SERVER_PID}]}}'
+
+WINDOW_DUMP = "n104_sgl11208_pyspy_forward_thread_ncclcommwindowregister.log"
+
+
+def test_real_window_registration_dump_names_the_deadlock_and_a_served_past_one_does_not(
+    sigs: SignatureSet,
+) -> None:
+    """sglang #11208: the forward thread idle in ncclCommWindowRegister. The same dump
+    followed by batches the server runs (real SGLang lines, sglang PR #22166) is no hang."""
+    dump = lines(WINDOW_DUMP)
+    assert named(dump, sigs) == ["nccl_window_register_deadlock"]
+    served = lines("s_i_sgl22166_prefill_decode_comma_format.log")
+    assert named(dump + served, sigs) == []
+    # Batches before the dump say nothing about it: the dump still names the deadlock.
+    assert named(served + dump, sigs) == ["nccl_window_register_deadlock"]
+
+
+def test_live_watchdog_names_the_window_registration_deadlock_from_the_real_dump(
+    tmp_path: Path, sigs: SignatureSet
+) -> None:
+    v = _live(tmp_path, sigs, WINDOW_DUMP, IDLE)
+    assert (v.state, v.signature) == ("hung", "nccl_window_register_deadlock")
+    assert any("ncclCommWindowRegister" in e.detail for e in v.evidence)
+
+
+GRAPH_STALL = "n105_nccl2389_graph_replay_stall_pyspy.log"
+# nccl #2389's `nvidia-smi` during the hang: "| 0  NVIDIA H100 80GB HBM3   On | 119W / 700W |
+# 1897MiB / 81559MiB | 100%  Default |" (busy at a sixth of the power limit, no DRAM figure).
+H100_SPIN = (
+    '{"gpu": 0, "name": "NVIDIA H100 80GB HBM3", "sm": 1.0, "dram": null, "power_w": 119, '
+    f'"power_limit_w": 700, "pids": [{SERVER_PID}]}}'
+)
+
+
+def test_real_graph_replay_dump_names_nothing_from_the_log_alone(sigs: SignatureSet) -> None:
+    """nccl #2389: the main thread in torch's CUDAGraph.replay while every kernel spins; the
+    spin (SMs busy, no memory traffic) is GPU evidence no log holds."""
+    assert named(lines(GRAPH_STALL), sigs) == []
+
+
+@pytest.mark.parametrize("gpu_line", [H100_SPIN, SPIN], ids=["thread-figures", "no-dram"])
+def test_live_real_graph_replay_dump_with_a_spinning_gpu_is_the_graph_replay_spin(
+    tmp_path: Path, sigs: SignatureSet, gpu_line: str
+) -> None:
+    v = _live(tmp_path, sigs, GRAPH_STALL, gpu_line)
+    assert (v.state, v.signature) == ("hung", "cuda_graph_kernel_spin")
+    details = " ".join(e.detail for e in v.evidence)
+    assert "replay (torch/cuda/graphs.py:139)" in details and "GPU 0" in details
+
+
+@pytest.mark.parametrize("gpu_line", [IDLE, MEMBUSY], ids=["idle", "membusy"])
+def test_live_real_graph_replay_dump_without_a_spin_is_not_the_graph_replay_spin(
+    tmp_path: Path, sigs: SignatureSet, gpu_line: str
+) -> None:
+    v = _live(tmp_path, sigs, GRAPH_STALL, gpu_line)
+    assert v.signature not in ("cuda_graph_kernel_spin", "gpu_kernel_spin")
+
+
+@pytest.mark.parametrize("gpu_line", [SPIN, IDLE, MEMBUSY], ids=["spin", "idle", "membusy"])
+def test_live_real_eager_launch_dump_is_never_the_graph_replay_spin(
+    tmp_path: Path, sigs: SignatureSet, gpu_line: str
+) -> None:
+    """vllm #43885's native dump: MainThread in cuLaunchKernel (libcuda) under FlashInfer's
+    top_k_mask_logits, an eager launch with no replay frame. With a spin it is the generic
+    gpu_kernel_spin; it named cuda_graph_kernel_spin while any libcuda frame matched."""
+    v = _live(tmp_path, sigs, "n83_vllm43885_pyspy_native_culaunchkernel_sampling.log", gpu_line)
+    assert v.signature != "cuda_graph_kernel_spin"
+    if gpu_line == SPIN:
+        assert (v.state, v.signature) == ("hung", "gpu_kernel_spin")
+    else:
+        assert v.signature != "gpu_kernel_spin"
 
 
 # -- known-bad versions from the same threads, checked by preflight ------------------------

@@ -115,7 +115,7 @@ class NodeWatchdog:
         self.target = f"127.0.0.1:{free_port()}"
         self.log = tmp / f"watchdog-{node}.log"
         argv = [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid)]
-        argv += ["--vllm-url", f"http://127.0.0.1:{sim.port}", "--log-file", str(sim.log_file)]
+        argv += ["--server-url", f"http://127.0.0.1:{sim.port}", "--log-file", str(sim.log_file)]
         argv += ["--gpu-source", f"file:{sim.gpu_file}", "--metrics-addr", self.target]
         argv += ["--deployment", DEPLOYMENT, "--node", node, *SHORT]
         argv += ["--cdn-host", f"127.0.0.1:{cdn_port}", "--no-cdn-default"]

@@ -81,7 +81,7 @@ def _observations(pid: int, n: int = 3) -> list[Observation]:
             gpus=(GpuSample(0, name="NVIDIA GB300", cc="10.3", sm=0.0, dram=0.0),),
             logs=(LogEvent("line", f"Authorization: Bearer {API}"),),
             procs=ProcSnapshot(pid, True, (ProcInfo(pid, 1, "python", f"vllm --api-key {API}"),)),
-            sources={"gpu": True, "vllm": False},
+            sources={"gpu": True, "server": False},
         )
         for i in range(n)
     ]
@@ -117,7 +117,7 @@ def test_bundle_has_every_file_and_a_typed_schema(tmp_path, secret_target, captu
     assert doc["schema_version"] == IncidentWriter.SCHEMA_VERSION == 1
     assert doc["verdict"]["signature"] == "cubin_download_stall"
     assert isinstance(doc["evidence"], list) and doc["evidence"][0]["source"] == "stacks"
-    assert doc["timeline"]["observations"] == 3 and doc["timeline"]["sources_down"] == ["vllm"]
+    assert doc["timeline"]["observations"] == 3 and doc["timeline"]["sources_down"] == ["server"]
     assert isinstance(doc["created"], str) and isinstance(doc["created_wall"], float)
     assert doc["log_tail_file"] == "log-tail.txt" and doc["remediation"] is None
     env = doc["environment"]

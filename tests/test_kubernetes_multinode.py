@@ -130,8 +130,8 @@ def test_configs_load_and_only_the_leader_may_remediate() -> None:
     assert spec["restartPolicy"] == "RecreateGroupOnPodRestart" and spec["size"] >= 2
     leader = load_config(MULTI / "config-leader.toml", {"deployment": "vllm-0", "node": "vllm-0"})
     worker = load_config(MULTI / "config-worker.toml", {"deployment": "vllm-0", "node": "vllm-0-1"})
-    assert leader.restarter == "kubernetes" and leader.vllm_url
-    assert worker.remediate is False and worker.vllm_url is None
+    assert leader.restarter == "kubernetes" and leader.server_url
+    assert worker.remediate is False and worker.server_url is None
     for template, name in (("leaderTemplate", "leader"), ("workerTemplate", "worker")):
         assert f"/etc/hang-watchdog/config-{name}.toml" in _sidecar(template)["args"]
 

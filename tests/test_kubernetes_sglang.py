@@ -68,7 +68,7 @@ def test_server_runs_sglang_through_the_entrypoint() -> None:
     port = int(args[args.index("--port") + 1])
     assert [p["containerPort"] for p in server["ports"]] == [port]
     cfg = load_config(OVERLAY / "config.toml")
-    assert str(cfg.vllm_url).endswith(f":{port}")
+    assert str(cfg.server_url).endswith(f":{port}")
     assert "livenessProbe" not in server  # SGLang's /health is 503 while warming up
 
 

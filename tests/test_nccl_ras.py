@@ -134,7 +134,7 @@ def test_diagnose_shows_nccl_ras_evidence(standin, tmp_path) -> None:
     )
     try:
         argv = [sys.executable, "-m", "watchdog", "diagnose", "--pid", str(sim.pid)]
-        argv += ["--vllm-url", f"http://127.0.0.1:{sim.port}", "--log-file", str(sim.log_file)]
+        argv += ["--server-url", f"http://127.0.0.1:{sim.port}", "--log-file", str(sim.log_file)]
         argv += ["--gpu-source", f"file:{sim.gpu_file}", "--stall-after-s", "5"]
         argv += ["--suspect-after-s", "2", "--stack-second-after-s", "1", "--duration", "15"]
         argv += ["--nccl-ras", "on", "--nccl-ras-addr", srv.addr, "--json", "--no-cdn-default"]

@@ -231,7 +231,7 @@ class Watchdog:
         self.log = (tmp / f"watchdog-{name}.log").open("w")
         argv = [sys.executable, "-m", "watchdog", "run", "--pid", str(sim.pid)]
         argv += ["--gpu-source", f"file:{sim.gpu_file}", "--log-file", str(sim.log_file)]
-        argv += ["--vllm-url", f"http://127.0.0.1:{sim.port}"]
+        argv += ["--server-url", f"http://127.0.0.1:{sim.port}"]
         argv += ["--cdn-host", f"127.0.0.1:{cdn_port}", "--no-cdn-default"]
         argv += ["--metrics-addr", self.target]
         argv += ["--incident-dir", str(tmp / f"incidents-{name}")]

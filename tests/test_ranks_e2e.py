@@ -27,7 +27,7 @@ SHORT = ["--stall-after-s", "6", "--suspect-after-s", "3", "--stack-second-after
 
 def _diagnose(tmp_path: Path, sim: SimHandle, *extra: str) -> dict:
     argv = [sys.executable, "-m", "watchdog", "diagnose", "--pid", str(sim.pid)]
-    argv += ["--vllm-url", f"http://127.0.0.1:{sim.port}", "--gpu-source", f"file:{sim.gpu_file}"]
+    argv += ["--server-url", f"http://127.0.0.1:{sim.port}", "--gpu-source", f"file:{sim.gpu_file}"]
     argv += ["--log-file", str(sim.log_file), *SHORT, "--gpu-spin-for-s", "4"]
     # No --until-hang: a download stall can be called from logs and sockets before the stacks
     # arrive; the verdict at the end of the run has them.

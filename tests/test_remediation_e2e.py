@@ -43,7 +43,7 @@ class Watchdog:
         env["PYTHONPATH"] = f"{fake}{os.pathsep}{env['PYTHONPATH']}"
         gpu = tmp / "gpu.jsonl"
         argv = [sys.executable, "-m", "watchdog", "run", "--gpu-source", f"file:{gpu}",
-                "--vllm-url", f"http://127.0.0.1:{self.port}", "--state-dir", str(tmp / "state"),
+                "--server-url", f"http://127.0.0.1:{self.port}", "--state-dir", str(tmp / "state"),
                 "--incident-dir", str(tmp / "incidents"), "--metrics-addr", "127.0.0.1:0",
                 "--no-cdn-default", "--tick-s", "0.5", "--stall-after-s", "3",
                 "--suspect-after-s", "2", "--stack-second-after-s", "1", "--gpu-spin-for-s", "2",

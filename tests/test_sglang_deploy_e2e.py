@@ -78,7 +78,7 @@ class Rig:
 
     def start_watchdog(self, config: Path, *extra: str) -> None:
         argv = [sys.executable, "-m", "watchdog", "run", "--config", str(config),
-                "--gpu-source", f"file:{self.gpu}", "--vllm-url", f"http://127.0.0.1:{self.port}",
+                "--gpu-source", f"file:{self.gpu}", "--server-url", f"http://127.0.0.1:{self.port}",
                 "--state-dir", str(self.tmp / "state"), "--incident-dir", str(self.tmp / "inc"),
                 "--fallback-file", str(self.fallback), "--remediate", *FAST, *extra]  # fmt: skip
         with open(self.err, "wb") as fh:

@@ -280,7 +280,7 @@ def test_a_signature_file_that_is_not_utf8_is_an_error_naming_it(tmp_path: Path)
         ["signatures", "--signatures", str(path)],
         [
             "run",
-            "--vllm-url",
+            "--server-url",
             "http://127.0.0.1:8000",
             "--no-cdn-default",
             "--signatures",

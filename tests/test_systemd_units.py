@@ -283,7 +283,7 @@ def test_sglang_config_pairs_with_the_sglang_unit() -> None:
     assert cfg.restarter == "systemd" and cfg.remediate is False
     assert cfg.fallback_file == load_config(SYSTEMD / "config.toml").fallback_file
     assert "-" + str(cfg.fallback_file) in values(SGLANG_UNIT, "EnvironmentFile")
-    assert str(cfg.vllm_url).endswith(":30000")  # SGLang's default --port
+    assert str(cfg.server_url).endswith(":30000")  # SGLang's default --port
 
 
 def test_sglang_preflight_reads_the_args_as_sglangs() -> None:

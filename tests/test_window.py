@@ -60,7 +60,7 @@ def test_counters_that_drop_after_a_restart_are_a_new_baseline() -> None:
     stuck_t = w.progress.last_progress_t
     w.append(tl.tick(procs=procs(200), server=_metrics(4.0)))
     assert w.progress.last_progress_t == tl.obs[-1].t > stuck_t
-    assert w.progress.last_progress_what == "vllm iterations advanced"
+    assert w.progress.last_progress_what == "server iterations advanced"
 
 
 def test_counter_drop_without_restart_does_not_count_as_progress() -> None:

@@ -1,204 +1,116 @@
-"""Configuration: one table of keys with defaults, loaded from TOML and overridden by flags.
+"""Configuration: defaults, then a TOML file, then flags; every value checked on the way.
 
-Every key has a default; an unknown key or a bad value is a `ConfigError` naming the key
-(the CLI turns it into exit code 2).
+The key table is watchdog/configkeys.py and the checks across keys watchdog/configcheck.py;
+both are re-exported here, so `from watchdog.config import Config` keeps working. An unknown
+key or a bad value is a `ConfigError` naming the key (the CLI turns it into exit code 2).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+
+from watchdog.configcheck import cross_check
+from watchdog.configkeys import ALIASES, KEYS, Config, ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-
-class ConfigError(ValueError):
-    """A configuration key or value is wrong; the message names the key and what to do."""
-
-
-def _f(default: Any, help: str, *, lo: float | None = None, choices: tuple[str, ...] = ()) -> Any:
-    meta = {"help": help, "lo": lo, "choices": choices}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-@dataclass
-class Config:
-    """Every setting of the daemon. Field names are the TOML keys; flags use dashes."""
-
-    # target
-    pid: int | None = _f(None, "PID of the server to watch")
-    match: str | None = _f(None, "regex over command lines that finds the server")
-    systemd_unit: str | None = _f(None, "systemd unit whose MainPID is the server")
-    command: list[str] = _f([], "supervise this command (set by `run -- COMMAND ...`)")
-    # sources
-    log_files: list[str] = _f([], "log files to follow ('-' is standard input)")
-    journal_unit: str | None = _f(None, "follow this unit's journal (journalctl -f -u UNIT)")
-    vllm_url: str | None = _f(None, "base URL of the server's HTTP API, e.g. http://127.0.0.1:8000")
-    gpu_source: str = _f("nvml", "nvml | dcgm:URL | file:PATH | none")
-    gpus: list[str] = _f(
-        [], "judge only these GPUs (indices or UUIDs; default: the server's own, found itself)"
-    )
-    cdn_hosts: list[str] = _f([], "extra kernel-CDN hosts HOST[:PORT] to watch sockets to")
-    cdn_default: bool = _f(
-        True, "also watch FlashInfer's default CDN edge.urm.nvidia.com (resolved in the background)"
-    )
-    signatures: list[str] = _f([], "operator signature files added to the built-in ones")
-    engine: str | None = _f(
-        None,
-        "force the engine profile (vllm, sglang, trtllm, or one from `engines`); default: "
-        "detected from the server's command line and process titles",
-    )
-    engines: list[str] = _f([], "operator engine profile files added to the shipped ones")
-    # timing and thresholds
-    tick_s: float = _f(1.0, "seconds between observations", lo=0.05)
-    window_s: float = _f(
-        600.0,
-        "seconds of observations kept; must exceed stall_after_s, blind_stall_after_s and "
-        "gpu_spin_for_s",
-        lo=10,
-    )
-    stall_after_s: float = _f(15.0, "no progress with work pending for this long is a stall", lo=1)
-    suspect_after_s: float = _f(8.0, "no progress for this long starts stack capture", lo=1)
-    blind_stall_after_s: float = _f(
-        120.0, "stall threshold when no GPU figures are available", lo=1
-    )
-    gpu_spin_sm: float = _f(
-        0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0
-    )
-    gpu_spin_dram: float = _f(
-        0.05, "DRAM bandwidth ratio at or below which a busy GPU is spinning", lo=0
-    )
-    gpu_spin_for_s: float = _f(10.0, "how long the spin must last", lo=0)
-    gpu_busy_dram: float = _f(
-        0.15, "DRAM ratio above which a slow batch is real work, not a hang", lo=0
-    )
-    gpu_spin_power_ratio: float = _f(
-        0.3,
-        "without DRAM figures: power draw / enforced power limit at or below which a busy GPU "
-        "is spinning",
-        lo=0,
-    )
-    gpu_spin_clock_ratio: float = _f(
-        0.5,
-        "without DRAM figures: SM clock / its maximum below which low power is a low clock, "
-        "not a spin",
-        lo=0,
-    )
-    # fleet (docs/fleet.md)
-    deployment: str = _f(
-        "",
-        "name shared by every watchdog of one multi-node deployment; exported as the "
-        "`deployment` label that fleet rules group by (empty: a standalone server)",
-    )
-    node: str = _f("", "node label exported with this server's ranks (default: the host name)")
-    fleet_remediation: str = _f(
-        "cause",
-        "with `deployment` set, which watchdog restarts: `cause`, the one whose verdict names "
-        "the cause rank; `leader`, only the one with fleet_leader set",
-        choices=("cause", "leader"),
-    )
-    fleet_leader: bool = _f(False, "in leader mode, this instance restarts the whole deployment")
-    nccl_ras: str = _f(
-        "auto",
-        "query NCCL's RAS service (read-only): auto (absence said once, retried rarely), on, off",
-        choices=("auto", "on", "off"),
-    )
-    nccl_ras_addr: str = _f(
-        "localhost:28028", "address of NCCL's RAS service, as NCCL_RAS_ADDR sets it"
-    )
-    nccl_ras_interval_s: float = _f(30.0, "seconds between two RAS queries", lo=1)
-    nccl_ras_deadline_s: float = _f(10.0, "hard deadline of one RAS query", lo=0.5)
-    # outputs
-    log_format: str = _f(
-        "text", "how log, state and verdict lines on stderr look", choices=("text", "json")
-    )
-    metrics_addr: str = _f("127.0.0.1:9433", "exporter listen address HOST:PORT, or 'off'")
-    metrics_stale_s: float = _f(30.0, "/healthz answers 503 when the loop is older than this", lo=1)
-    incident_dir: str | None = _f(
-        None, "write incident bundles here (none: no bundles; with remediate: state_dir/incidents)"
-    )
-    max_incidents: int = _f(50, "incident bundles kept", lo=1)
-    max_incident_bytes: int = _f(512 * 1024 * 1024, "bytes of incident bundles kept", lo=1024)
-    state_dir: str = _f("/var/lib/hang-watchdog", "remediation counters and the active fallback")
-    # stacks
-    stacks: bool = _f(True, "take py-spy stacks when the server looks stuck")
-    pyspy: str | None = _f(
-        None, "py-spy executable (default: beside the watchdog's Python, then on PATH)"
-    )
-    stack_native: bool = _f(True, "py-spy --native")
-    stack_locals: bool = _f(False, "py-spy --locals: off by default, locals can hold user prompts")
-    stack_deadline_s: float = _f(10.0, "hard deadline of each py-spy dump", lo=0.5)
-    stack_second_after_s: float = _f(5.0, "second dump this long after the first", lo=0)
-    # remediation (off unless enabled)
-    remediate: bool = _f(False, "restart the server with the signature's fallback")
-    dry_run: bool = _f(False, "log and export the remediation plan without acting")
-    restarter: str = _f(
-        "supervise", "how to restart", choices=("supervise", "systemd", "kubernetes", "command")
-    )
-    restart_command: list[str] = _f(
-        [], "argv for the command restarter; {signature} {fallback} {args} {env_file} placeholders"
-    )
-    fallback_file: str | None = _f(None, "EnvironmentFile the systemd/kubernetes restarters write")
-    remediate_min_confidence: float = _f(
-        0.6, "act only on hang verdicts at least this confident", lo=0
-    )
-    cooldown_s: float = _f(300.0, "minimum seconds between two restarts", lo=0)
-    max_restarts: int = _f(3, "restarts allowed per window before giving up", lo=0)
-    restart_window_s: float = _f(3600.0, "the window for max_restarts", lo=1)
-    stop_grace_s: float = _f(30.0, "SIGTERM to SIGKILL grace when stopping the server", lo=0)
-    recover_within_s: float = _f(600.0, "progress must resume this soon after a restart", lo=1)
-    smoke_test: bool = _f(True, "after a restart, send 4 short completions to the OpenAI API")
-    fallback_overrides: dict[str, str] = _f(
-        {}, "signature id -> fallback name, replacing the shipped choice"
-    )
-    canary: bool = _f(
-        False, "when idle, send one max_tokens=1 request and treat a timeout as a stall"
-    )
-    canary_idle_s: float = _f(120.0, "idle this long before a canary", lo=1)
-    canary_timeout_s: float = _f(30.0, "canary request timeout", lo=1)
-
+__all__ = ["ALIASES", "KEYS", "Config", "ConfigError", "build_config", "load_config"]
 
 MAX_NUMBER = 1e9  # seconds: about 31 years; larger values overflow time_t and deque sizes
-KEYS: dict[str, dataclasses.Field[Any]] = {f.name: f for f in dataclasses.fields(Config)}
+COMMAND_LINE = "command line"
 
 
-def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = None) -> Config:
-    """Defaults, then the TOML file, then flag overrides (None means 'not given')."""
+def load_config(
+    path: str | Path | None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    notes: list[str] | None = None,
+) -> Config:
+    """Defaults, then the TOML file, then flag overrides (None means 'not given').
+
+    An old key name in either is read as its new name and one deprecation line per old name
+    is appended to `notes`, for the caller to log once its logging is set up."""
     values: dict[str, Any] = _read_toml(Path(path)) if path is not None else {}
-    base = build_config(values, origin=str(path) if path else "config")
-    flags = {k: v for k, v in (overrides or {}).items() if v is not None and v != [] and k in KEYS}
+    base = build_config(values, origin=str(path) if path else "config", notes=notes)
+    given = {
+        k: v
+        for k, v in (overrides or {}).items()
+        if v is not None and v != [] and (k in KEYS or k in ALIASES)
+    }
+    flags = resolve_aliases(given, COMMAND_LINE, notes)
     if not flags:
         return base
     merged = {f.name: getattr(base, f.name) for f in dataclasses.fields(Config)}
-    for key, value in flags.items():  # a bad flag value is blamed on the command line
-        merged[key] = _coerce(key, value, "command line")
-    return build_config(merged, origin="command line")
+    try:
+        for key, value in flags.items():  # a bad flag value is blamed on the command line
+            merged[key] = _coerce(key, value, COMMAND_LINE)
+        return build_config(merged, origin=COMMAND_LINE)
+    except ConfigError as exc:
+        raise _blame_old_names(exc, given, COMMAND_LINE) from exc
 
 
-def build_config(values: Mapping[str, Any], origin: str = "config") -> Config:
-    """Validate a mapping of keys into a Config."""
+def build_config(
+    values: Mapping[str, Any], origin: str = "config", *, notes: list[str] | None = None
+) -> Config:
+    """Validate a mapping of keys (old names included) into a Config."""
+    given, values = values, resolve_aliases(values, origin, notes)
     unknown = sorted(set(values) - set(KEYS))
     if unknown:
         raise ConfigError(
             f"{origin}: unknown key {unknown[0]!r}; run `hang-watchdog run --help` for the keys"
         )
     cfg = Config()
-    for key, value in values.items():
-        setattr(cfg, key, _coerce(key, value, origin))
-    _cross_check(cfg, origin)
+    try:
+        for key, value in values.items():
+            setattr(cfg, key, _coerce(key, value, origin))
+        cross_check(cfg, origin)
+    except ConfigError as exc:
+        raise _blame_old_names(exc, given, origin) from exc
     return cfg
+
+
+def resolve_aliases(
+    values: Mapping[str, Any], origin: str, notes: list[str] | None = None
+) -> dict[str, Any]:
+    """Old key names read as their new ones; both given with different values is an error."""
+    out = dict(values)
+    for old, new in ALIASES.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        old_s, new_s = _spell(old, origin), _spell(new, origin)
+        if new in out and out[new] != value:
+            raise ConfigError(
+                f"{origin}: {old_s} (the old name of {new_s}) is {value!r} but {new_s} is "
+                f"{out[new]!r}; give only {new_s}"
+            )
+        out[new] = value
+        if notes is not None:
+            notes.append(
+                f"{origin}: {old_s} is deprecated and kept for one release; use {new_s} instead"
+            )
+    return out
+
+
+def _blame_old_names(exc: ConfigError, given: Mapping[str, Any], origin: str) -> ConfigError:
+    """An error about a key the operator gave by its old name says which name they wrote."""
+    for old, new in ALIASES.items():
+        if old in given and new not in given and f"key {new!r}" in str(exc):
+            return ConfigError(f"{exc} (given as {_spell(old, origin)}, its old name)")
+    return exc
+
+
+def _spell(key: str, origin: str) -> str:
+    """A key as the operator wrote it: `--server-url` on the command line, 'server_url' in files."""
+    return "--" + key.replace("_", "-") if origin == COMMAND_LINE else repr(key)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -270,150 +182,3 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
             f"{origin}: key {key!r}: must be one of {', '.join(choices)}, got {value!r}"
         )
     return value
-
-
-def _cross_check(cfg: Config, origin: str) -> None:
-    ratios = (
-        "gpu_spin_sm",
-        "gpu_spin_dram",
-        "gpu_busy_dram",
-        "gpu_spin_power_ratio",
-        "gpu_spin_clock_ratio",
-        "remediate_min_confidence",
-    )
-    for key in ratios:
-        if getattr(cfg, key) > 1:
-            raise ConfigError(
-                f"{origin}: key {key!r}: is a ratio between 0 and 1, got {getattr(cfg, key)}"
-            )
-    _check_gpu_source(cfg.gpu_source, origin)
-    _check_target(cfg, origin)
-    if cfg.suspect_after_s > cfg.stall_after_s:
-        raise ConfigError(
-            f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
-        )
-    _check_window(cfg, origin)
-    _check_labels(cfg, origin)
-    _check_ras_addr(cfg, origin)
-    _check_vllm_url(cfg.vllm_url, origin)
-    _check_cdn_hosts(cfg.cdn_hosts, origin)
-
-
-LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-
-
-def _check_labels(cfg: Config, origin: str) -> None:
-    """`deployment` and `node` become label values that rules group by: short, printable."""
-    for key in ("deployment", "node"):
-        value = getattr(cfg, key)
-        if value and not LABEL_RE.match(value):
-            raise ConfigError(
-                f"{origin}: key {key!r}: {value!r} is not a usable label value; use up to 128 "
-                "letters, digits and . _ : / - (starting with a letter or digit)"
-            )
-
-
-def _check_ras_addr(cfg: Config, origin: str) -> None:
-    host, sep, port = cfg.nccl_ras_addr.rpartition(":")
-    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
-        raise ConfigError(
-            f"{origin}: key 'nccl_ras_addr': {cfg.nccl_ras_addr!r} is not HOST:PORT; use the "
-            "job's NCCL_RAS_ADDR (default localhost:28028)"
-        )
-
-
-# Thresholds measured over the window: a window no longer than one of them never sees it pass.
-WINDOWED = ("stall_after_s", "suspect_after_s", "blind_stall_after_s", "gpu_spin_for_s")
-
-
-def _check_window(cfg: Config, origin: str) -> None:
-    short = [k for k in WINDOWED if cfg.window_s <= getattr(cfg, k)]
-    if short:
-        longest = max(getattr(cfg, k) for k in short)
-        names = ", ".join(f"{k} ({getattr(cfg, k):g} s)" for k in short)
-        raise ConfigError(
-            f"{origin}: key 'window_s': {cfg.window_s:g} s is not longer than {names}, so the "
-            f"window never holds a stall that long; set window_s above {longest:g} (or lower "
-            f"{', '.join(short)})"
-        )
-
-
-PID_MAX = 1 << 22  # the kernel's ceiling for /proc/sys/kernel/pid_max
-
-
-def _check_target(cfg: Config, origin: str) -> None:
-    if cfg.pid is not None and not 0 < cfg.pid <= PID_MAX:
-        raise ConfigError(f"{origin}: key 'pid': {cfg.pid} is not a process id (1-{PID_MAX})")
-    if cfg.match is not None:
-        import re
-
-        try:
-            re.compile(cfg.match)
-        except (re.error, OverflowError, RecursionError) as exc:
-            raise ConfigError(
-                f"{origin}: key 'match': {cfg.match[:200]!r} is not a valid regular expression: "
-                f"{exc}"
-            ) from exc
-    if cfg.command:
-        given = [k for k in ("pid", "match", "systemd_unit") if getattr(cfg, k)]
-        if given:
-            raise ConfigError(
-                f"{origin}: key {given[0]!r}: supervise mode (`run -- COMMAND`) watches the "
-                f"command it starts; drop {given[0]} or the `-- COMMAND`"
-            )
-
-
-def _check_gpu_source(spec: str, origin: str) -> None:
-    where = f"{origin}: key 'gpu_source'"
-    if spec in ("nvml", "none"):
-        return
-    if spec.startswith("file:"):
-        if not spec[5:].strip():
-            raise ConfigError(f"{where}: file: needs a path, e.g. file:/run/gpu.jsonl")
-        return
-    if spec.startswith("dcgm:"):
-        url = spec[5:]
-        try:
-            parts = urlsplit(url)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-            _ = parts.port
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ConfigError(
-                f"{where}: {url!r} is not a DCGM exporter URL; give dcgm:http://HOST:PORT/metrics"
-            )
-        return
-    raise ConfigError(f"{where}: must be nvml, none, dcgm:URL or file:PATH, got {spec!r}")
-
-
-def _check_vllm_url(url: str | None, origin: str) -> None:
-    if not url:
-        return
-    where = f"{origin}: key 'vllm_url': {url!r}"
-    hint = "give the server's base URL, e.g. http://127.0.0.1:8000"
-    try:
-        parts = urlsplit(url.strip())
-    except ValueError as exc:  # "Invalid IPv6 URL": an unclosed [
-        raise ConfigError(f"{where} is not a URL ({exc}); {hint}") from exc
-    if parts.scheme not in ("http", "https"):
-        raise ConfigError(f"{where} is not an http:// or https:// URL; {hint}")
-    host = parts.hostname
-    if not host or any(c.isspace() for c in host):
-        raise ConfigError(f"{where} has no valid host; {hint}")
-    try:
-        port = parts.port
-    except ValueError:  # urllib: not a number, or outside 0-65535
-        port = 0
-    if port == 0:
-        raise ConfigError(f"{where} has an invalid port, need a number in 1-65535; {hint}")
-
-
-def _check_cdn_hosts(hosts: list[str], origin: str) -> None:
-    from watchdog.sources.conns import parse_cdn_host
-
-    for host in hosts:
-        try:
-            parse_cdn_host(host)
-        except ValueError as exc:
-            raise ConfigError(f"{origin}: key 'cdn_hosts': {exc}") from exc

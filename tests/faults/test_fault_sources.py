@@ -119,7 +119,7 @@ def stub() -> Iterator[Stub]:
 def server_watchdog(tmp_path: Path, stub: Stub, pid: int) -> Watchdog:
     wd = Watchdog(
         tmp_path, *BASE, "--gpu-source", "none", "--pid", str(pid),
-        "--vllm-url", f"http://127.0.0.1:{stub.port}",
+        "--server-url", f"http://127.0.0.1:{stub.port}",
     )  # fmt: skip
     wd.port()
     return wd
@@ -129,13 +129,15 @@ def test_a_metrics_endpoint_that_never_answers_is_down_each_outage(
     tmp_path: Path, stub: Stub, target
 ) -> None:
     wd = server_watchdog(tmp_path, stub, target.pid)
-    wait_for(lambda: 'hang_watchdog_source_up{source="vllm"} 1.0' in wd.get("/metrics")[1])
+    wait_for(lambda: 'hang_watchdog_source_up{source="server"} 1.0' in wd.get("/metrics")[1])
+    # the old label value follows the new one for a release (docs/metrics-and-alerts.md)
+    assert 'hang_watchdog_source_up{source="vllm"} 1.0' in wd.get("/metrics")[1]
     stub.mode = "hang"
-    wd.wait_line(r"source vllm is down", timeout=20)
+    wd.wait_line(r"source server is down", timeout=20)
     stub.mode = "ok"
-    wd.wait_line(r"source vllm is up again", timeout=40)
+    wd.wait_line(r"source server is up again", timeout=40)
     stub.mode = "hang"
-    wait_for(lambda: wd.stderr.count("source vllm is down") >= 2, timeout=20)
+    wait_for(lambda: wd.stderr.count("source server is down") >= 2, timeout=20)
     assert wd.get("/healthz")[0] == 200
     wd.stop()
     wd.assert_clean()
@@ -147,7 +149,7 @@ def test_a_hostile_metrics_body_marks_the_source_down(
 ) -> None:
     stub.mode = mode
     wd = server_watchdog(tmp_path, stub, target.pid)
-    wd.wait_line(r"source vllm is down", timeout=20)
+    wd.wait_line(r"source server is down", timeout=20)
     assert wd.get("/healthz")[0] == 200
     wd.stop()
     wd.assert_clean()

@@ -29,12 +29,12 @@ def check_pid(pid: int | None, instead: str) -> None:
 
 def check_something(cfg: Config, *, supervise: bool) -> None:
     """At least one source or target; otherwise every tick would say `starting`."""
-    if cfg.pid or cfg.match or cfg.systemd_unit or cfg.vllm_url or cfg.log_files:
+    if cfg.pid or cfg.match or cfg.systemd_unit or cfg.server_url or cfg.log_files:
         return
     if cfg.journal_unit or (supervise and cfg.command):
         return
     end = ", --log-file or `-- COMMAND`" if supervise else " or --log-file"
-    raise TargetError(f"nothing to watch; give --pid, --match, --systemd-unit, --vllm-url{end}")
+    raise TargetError(f"nothing to watch; give --pid, --match, --systemd-unit, --server-url{end}")
 
 
 def check_log_files(paths: Sequence[str]) -> None:

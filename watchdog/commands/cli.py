@@ -166,7 +166,7 @@ def _run_parser(sub: Any) -> None:
             ),
             (
                 "attach to a running server and its HTTP API",
-                "hang-watchdog run --pid 1234 --vllm-url http://127.0.0.1:8000",
+                "hang-watchdog run --pid 1234 --server-url http://127.0.0.1:8000",
             ),
             (
                 "a systemd service, restarted with a fallback when it hangs",
@@ -271,7 +271,7 @@ FEATURES: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
     (
         "demo",
         "watchdog.commands.demo",
-        "simulate a hanging vLLM and watch the watchdog catch it (no GPU needed)",
+        "simulate a hanging vLLM, SGLang or TensorRT-LLM server, watch it caught (no GPU)",
         [
             ("the FlashInfer cubin-download hang", "hang-watchdog demo"),
             ("a healthy server: no hang must be reported", "hang-watchdog demo --scenario healthy"),

@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--scenario",
         choices=sorted(SCENARIOS),
         default="cubin_download_stall",
-        help="what the simulated vLLM does (default: cubin_download_stall)",
+        help="what the simulated server does (default: cubin_download_stall)",
     )
     p.add_argument(
         "--engine",
@@ -164,7 +164,7 @@ def _watch(
         "stack_second_after_s": 2.0,
     }
     if sim.port is not None:
-        values["vllm_url"] = f"http://127.0.0.1:{sim.port}"
+        values["server_url"] = f"http://127.0.0.1:{sim.port}"
     if sim.engine == "trtllm":
         # The simulator cannot show `trtllm-serve` in its command line: name the engine.
         values["engine"] = "trtllm"

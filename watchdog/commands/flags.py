@@ -1,6 +1,6 @@
 """`--help` text shared by the subcommands: exit codes, examples, and the config-key flags.
 
-Every config key (watchdog/config.py) is a flag of `run`; `diagnose` takes the keys that
+Every config key (watchdog/configkeys.py) is a flag of `run`; `diagnose` takes the keys that
 matter for one sample. Help shows each default once, lists choices, marks repeatable flags,
 and names values in words an operator knows (FILE, SECONDS, HOST:PORT), not key names.
 """
@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from watchdog.config import Config
+from watchdog.config import ALIASES, Config
 
 # The one exit-code rule of every command (README "Exit codes").
 EXIT_CODES = (
@@ -57,7 +57,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "log_files",
             "journal_unit",
-            "vllm_url",
+            "server_url",
             "gpu_source",
             "gpus",
             "cdn_hosts",
@@ -104,7 +104,7 @@ METAVARS = {
     "systemd_unit": "UNIT",
     "journal_unit": "UNIT",
     "log_files": "FILE",
-    "vllm_url": "URL",
+    "server_url": "URL",
     "gpu_source": "SOURCE",
     "gpus": "GPU",
     "cdn_hosts": "HOST[:PORT]",
@@ -179,6 +179,7 @@ def add_config_flags(p: argparse.ArgumentParser, *, daemon: bool) -> None:
         for f in chosen:
             placed.add(f.name)
             _add_flag(group, f)
+            _add_aliases(group, f)
 
 
 def _add_flag(group: Any, f: dataclasses.Field[Any]) -> None:
@@ -195,6 +196,18 @@ def _add_flag(group: Any, f: dataclasses.Field[Any]) -> None:
     else:
         tp = int if "int" in kind and "float" not in kind else float if "float" in kind else str
         group.add_argument(flag_name(f.name), type=tp, metavar=metavar(f), **common)
+
+
+def _add_aliases(group: Any, f: dataclasses.Field[Any]) -> None:
+    """The key's old flag names (config.ALIASES), read as the new one for one release."""
+    for old in (o for o, new in ALIASES.items() if new == f.name):
+        group.add_argument(
+            flag_name(old),
+            dest=old,
+            default=None,
+            metavar=metavar(f),
+            help=f"old name of {flag_name(f.name)}, kept for one release",
+        )
 
 
 def epilog(examples: list[tuple[str, str]], *, supervise: bool = False) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from watchdog.commands import checks
 from watchdog.commands.checks import TargetError
 from watchdog.commands.logsetup import setup_logging
-from watchdog.config import KEYS, Config, ConfigError, load_config
+from watchdog.config import ALIASES, KEYS, Config, ConfigError, load_config
 from watchdog.core.model import to_dict
 from watchdog.outputs.emit import format_verdict
 
@@ -21,18 +21,27 @@ from watchdog.outputs.emit import format_verdict
 UNHEALTHY = frozenset({"hung", "stalled", "dead"})
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    """The config file and the flags merged (flags win)."""
-    overrides = {k: getattr(args, k, None) for k in KEYS}
+def config_from_args(args: argparse.Namespace, notes: list[str] | None = None) -> Config:
+    """The config file and the flags merged (flags win); old key names noted in `notes`."""
+    overrides = {k: getattr(args, k, None) for k in (*KEYS, *ALIASES)}
     overrides["command"] = getattr(args, "command", []) or None
-    return load_config(getattr(args, "config", None), overrides)
+    return load_config(getattr(args, "config", None), overrides, notes=notes)
+
+
+def _configure(args: argparse.Namespace) -> Config:
+    """The config, then logging in its format, then one line per old key name used."""
+    notes: list[str] = []
+    cfg = config_from_args(args, notes)
+    setup_logging(cfg.log_format)  # the file's log_format counts too, not only the flag
+    for note in notes:
+        logging.getLogger("hang_watchdog.config").warning(note)
+    return cfg
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from watchdog.daemon.wiring import build
 
-    cfg = config_from_args(args)
-    setup_logging(cfg.log_format)  # the file's log_format counts too, not only the flag
+    cfg = _configure(args)
     _check_target(cfg, supervise=True)
     checks.check_command(cfg.command)
     built = build(cfg)
@@ -101,7 +110,7 @@ def _stdin_alone(cfg: Config) -> bool:
     """Is standard input all there is to watch (no process, API or other log)?"""
     others = [p for p in cfg.log_files if p != "-"]
     return (
-        not (cfg.pid or cfg.match or cfg.systemd_unit or cfg.command or cfg.vllm_url or others)
+        not (cfg.pid or cfg.match or cfg.systemd_unit or cfg.command or cfg.server_url or others)
         and not cfg.journal_unit
     )
 
@@ -137,8 +146,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             f"--duration must be more than 0 seconds, got {args.duration:g}; e.g. --duration 30"
         )
     args.metrics_addr = "off"  # one sample needs no exporter
-    cfg = config_from_args(args)
-    setup_logging(cfg.log_format)
+    cfg = _configure(args)
     _check_target(cfg, supervise=False)
     built = build(cfg)
     stop = threading.Event()

@@ -180,6 +180,6 @@ SOURCE = {
     "gpu_cc": "gpu",
     "package": "facts",
     "setting": "facts",
-    "health": "vllm",
+    "health": "server",
     "process_gone": "procs",
 }

@@ -8,6 +8,10 @@ A traceback that ends in an exception shows where code failed, not where a threa
 is no stack evidence (a recovered error must not look like a parked thread). The exceptions a
 hung process is stopped with are: KeyboardInterrupt (Ctrl-C, vllm #5484 "On 2nd Ctrl-C, still
 hangs but dumps this") and SystemExit show where it was waiting, and count.
+
+A dump the log then serves past (a later stats line with throughput, or one that reports a step
+it ran) shows threads that moved on, so it is dropped: a py-spy dump taken while a registration
+or a graph replay was in flight, followed by healthy batches, is no hang.
 """
 
 from __future__ import annotations
@@ -59,12 +63,26 @@ def _key(ev: LogEvent) -> tuple[Any, ...]:
     return (f.get("pid"), f.get("title"), f.get("stream"), f.get("format"))
 
 
+def _progress(ev: LogEvent) -> bool:
+    """A stats line that shows the server moving: it ran a step, or it has throughput."""
+    if ev.kind != "stats":
+        return False
+    f = ev.fields
+    moving = float(f.get("prompt_tps") or 0) + float(f.get("gen_tps") or 0)
+    return bool(f.get("stepped")) or moving > 0
+
+
 def log_stacks(events: Iterable[LogEvent]) -> tuple[StackSample, ...]:
     """The newest dump of each process in `events`, threads marked unchanged across two dumps."""
     latest: dict[tuple[Any, ...], tuple[ThreadStack, ...]] = {}
     previous: dict[tuple[Any, ...], tuple[ThreadStack, ...]] = {}
     titles: dict[tuple[Any, ...], tuple[int, str]] = {}
     for ev in events:
+        if _progress(ev):  # the dumps so far were served past
+            latest.clear()
+            previous.clear()
+            titles.clear()
+            continue
         if ev.kind != "stack" or _raised(ev):
             continue
         key = _key(ev)

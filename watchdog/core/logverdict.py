@@ -38,6 +38,10 @@ def log_stall(events: Sequence[LogEvent]) -> str | None:
     if not stats:
         return None
     f = stats[-1].fields
+    # A line that reports a step it ran (TensorRT-LLM's `iter = N`, SGLang's `Prefill batch`)
+    # is progress, and a line without throughput figures cannot show zero throughput.
+    if f.get("stepped") or (f.get("prompt_tps") is None and f.get("gen_tps") is None):
+        return None
     pending = float(f.get("running") or 0) + float(f.get("waiting") or 0)
     moving = float(f.get("prompt_tps") or 0) + float(f.get("gen_tps") or 0)
     if pending > 0 and moving == 0:
@@ -94,7 +98,7 @@ def _match(
             conf += rule.weight
             decisive = decisive or rule.decisive
             lines.extend(h for h in hits if h not in lines)
-        elif rule.required and rule.kind in ("log", "stack"):
+        elif rule.required:  # GPU, socket or health evidence a log cannot hold, or no stall
             return None
     if not any_log or not (decisive or conf + 1e-9 >= sig.min_confidence):
         return None

@@ -76,11 +76,12 @@ class ServerSample:
     # What the engine profile says that status means: "ok", "dead", "starting",
     # "not_generating" (SGLang's one-token /health check got no answer); None when undeclared.
     health_meaning: str | None = None
+    # The engine profile maps its own sample names to these fields (vLLM's named here).
     iterations: float | None = None  # vllm:iteration_tokens_total_count (one per engine step)
-    prompt_tokens: float | None = None  # vllm:prompt_tokens_total
+    prompt_tokens: float | None = None  # vllm:prompt_tokens_total, sglang:prompt_tokens_total
     generation_tokens: float | None = None  # vllm:generation_tokens_total
-    running: float | None = None  # vllm:num_requests_running
-    waiting: float | None = None  # vllm:num_requests_waiting
+    running: float | None = None  # vllm:num_requests_running, sglang:num_running_reqs
+    waiting: float | None = None  # vllm:num_requests_waiting, sglang:num_queue_reqs
     error: str | None = None
 
 
@@ -179,7 +180,7 @@ class Observation:
 class Evidence:
     """One fact that supported a verdict, named by the source it came from."""
 
-    source: str  # "gpu", "log", "vllm", "procs", "conns", "stacks", "facts"
+    source: str  # "gpu", "log", "server", "procs", "conns", "stacks", "facts"
     kind: str  # the evidence kind from the signature data, e.g. "gpu_spin", "log", "stack"
     detail: str  # human-readable, e.g. "GPU 0 SM 0.99 DRAM 0.00 for 18 s"
     weight: float = 0.0

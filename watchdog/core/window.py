@@ -39,7 +39,7 @@ class Progress:
     bars: dict[str, tuple[int, int]] = field(default_factory=dict)  # desc -> (n, total)
     bar_desc: str | None = None  # the bar that most recently redrew
     ratio: float | None = None
-    counters: dict[str, float] = field(default_factory=dict)  # vllm counters last seen
+    counters: dict[str, float] = field(default_factory=dict)  # /metrics counters last seen
     stats_pending: bool = False  # last `Engine 000:` line had running or waiting > 0
     metrics_pending: bool | None = None  # None: no /metrics figures
     read_bytes: int | None = None
@@ -193,7 +193,7 @@ class Window:
                 continue
             prev = p.counters.get(name)
             if prev is not None and value > prev:
-                self._advance(obs.t, f"vllm {name} advanced")
+                self._advance(obs.t, f"server {name} advanced")
             p.counters[name] = value  # a drop means a restart: the new value is the new baseline
         if v.running is not None or v.waiting is not None:
             p.metrics_pending = (v.running or 0) + (v.waiting or 0) > 0

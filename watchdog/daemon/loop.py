@@ -102,7 +102,7 @@ class Daemon:
         # that trickles bytes would hold a scrape for ever. Hard deadlines around both.
         self._gpu_call = DeadlineCall("gpu", _health(sources.gpu), _scrape_s(sources.gpu, 1))
         self._server_call = DeadlineCall(
-            "vllm", _health(sources.server), _scrape_s(sources.server, 2)
+            "server", _health(sources.server), _scrape_s(sources.server, 2)
         )
         # A FIFO or a hung network mount at a log path blocks open() or read() for ever.
         self._logs_call = DeadlineCall(

@@ -138,14 +138,14 @@ def _logs(
 
 
 def _server(cfg: Config, engine: Any) -> Any:
-    if not cfg.vllm_url:
+    if not cfg.server_url:
         return None
     from watchdog.sources.server import ServerSource
 
     try:
-        return ServerSource(cfg.vllm_url, engine=engine)
+        return ServerSource(cfg.server_url, engine=engine)
     except ValueError as exc:
-        raise ConfigError(f"key 'vllm_url': {exc}") from exc
+        raise ConfigError(f"key 'server_url': {exc}") from exc
 
 
 def _procs(cfg: Config, supervisor: Supervisor | None, engine: Any) -> Any:

@@ -28,6 +28,7 @@ from watchdog.outputs.metrics_table import (
     LOOP_BUCKETS,
     METRICS,
     REMEDIATION_OUTCOMES,
+    SOURCE_ALIASES,
     STACK_RESULTS,
     MetricSpec,
 )
@@ -61,9 +62,18 @@ def _loop_series(obs: Observation, verdict: Verdict, wall: float) -> dict[str, S
     out["hang_watchdog_state"] = [((s,), float(s == verdict.state)) for s in STATES]
     out["hang_watchdog_seconds_since_progress"] = _optional(verdict.seconds_since_progress)
     out["hang_watchdog_progress_ratio"] = _optional(verdict.progress_ratio)
-    out["hang_watchdog_source_up"] = [((k,), float(v)) for k, v in sorted(obs.sources.items())]
+    out["hang_watchdog_source_up"] = _source_up(obs.sources)
     out["hang_watchdog_last_loop_timestamp_seconds"] = [((), wall)]
     return out
+
+
+def _source_up(sources: dict[str, bool]) -> Series:
+    """One series per source, and the old name of a renamed one beside its new name."""
+    up = dict(sources)
+    for new, old in SOURCE_ALIASES.items():
+        if new in up:
+            up.setdefault(old, up[new])
+    return [((k,), float(v)) for k, v in sorted(up.items())]
 
 
 _SM = "hang_watchdog_gpu_sm_utilization_ratio"

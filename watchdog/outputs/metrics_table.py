@@ -29,6 +29,10 @@ REMEDIATION_OUTCOMES: tuple[str, ...] = (
 # a followed file ran too far ahead and was jumped, or a tick's parse budget ran out.
 LOG_SKIP_REASONS: tuple[str, ...] = ("dropped", "lag", "budget")
 
+# Source names exported a second time under their old name, for one release: the server's HTTP
+# source was `vllm` while the watchdog knew one engine (docs/metrics-and-alerts.md).
+SOURCE_ALIASES: dict[str, str] = {"server": "vllm"}
+
 # Upper bounds of the loop-duration histogram, seconds. A tick is ~1 s; py-spy dumps can take 10+.
 LOOP_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -111,7 +115,8 @@ METRICS: tuple[MetricSpec, ...] = (
         "hang_watchdog_source_up",
         "gauge",
         ("source",),
-        "1 when the source (gpu, logs, vllm, ...) answered in the last loop, 0 when it is down.",
+        "1 when the source (gpu, logs, server, ...) answered in the last loop, 0 when it is "
+        "down; `server` is also exported as `vllm`, its old name, for one release.",
     ),
     MetricSpec(
         "hang_watchdog_stack_captures_total",

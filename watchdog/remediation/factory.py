@@ -39,9 +39,11 @@ def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
         return None
     canary = None
     if cfg.canary:
-        if not cfg.vllm_url:
-            raise ConfigError("key 'canary': needs vllm_url (the server's OpenAI-compatible API)")
-        canary = CanaryHook(cfg.vllm_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s)
+        if not cfg.server_url:
+            raise ConfigError("key 'canary': needs server_url (the server's OpenAI-compatible API)")
+        canary = CanaryHook(
+            cfg.server_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s
+        )
     if not (cfg.remediate or cfg.dry_run):
         return canary
     check_overrides(cfg.fallback_overrides, sigs)

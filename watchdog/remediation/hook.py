@@ -236,8 +236,8 @@ class RemediationHook:
             "remediation", f"restarted: {job.result}; verifying recovery", outcome="verifying"
         )
         smoke = None
-        if self.cfg.vllm_url and self.cfg.smoke_test:
-            smoke = SmokeTest(self.cfg.vllm_url, timeout_s=min(30.0, self.cfg.recover_within_s))
+        if self.cfg.server_url and self.cfg.smoke_test:
+            smoke = SmokeTest(self.cfg.server_url, timeout_s=min(30.0, self.cfg.recover_within_s))
         self._verifier = Verifier(
             obs.t, self.cfg.recover_within_s, spin_dram=daemon.thresholds.gpu_spin_dram, smoke=smoke
         )

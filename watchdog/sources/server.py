@@ -123,7 +123,7 @@ def _check_base_url(base_url: str) -> str:
 class ServerSource:
     """Polls one server's HTTP API; never raises, marks itself down when /metrics fails."""
 
-    name = "vllm"  # the source's name in /healthz and metrics labels, kept for one release
+    name = "server"  # the source's name in logs and `source_up` (also exported as `vllm`)
 
     def __init__(
         self,
