@@ -22,7 +22,11 @@ README_FRAGMENT = ROOT / "docs" / "deployment.md"
 PREFLIGHT_FRAGMENT = ROOT / "docs" / "preflight.md"
 DROP_IN = SYSTEMD / "vllm.service.d" / "10-hang-watchdog.conf"
 # Where the units expect the executables; the test points them at stand-ins it controls.
-EXECUTABLES = {"/usr/local/bin/hang-watchdog": "hang-watchdog", "/opt/vllm/bin/vllm": "vllm"}
+EXECUTABLES = {
+    "/usr/local/bin/hang-watchdog": "hang-watchdog",
+    "/opt/vllm/bin/vllm": "vllm",
+    "/opt/sglang/bin/sglang": "sglang",
+}
 STATE_DIR = "/var/lib/hang-watchdog"
 
 needs_analyze = pytest.mark.skipif(
@@ -87,6 +91,7 @@ def assert_clean(result: subprocess.CompletedProcess[str]) -> None:
 def test_shipped_units_verify_cleanly(tmp_path: Path) -> None:
     staged = stage(tmp_path)
     assert_clean(verify(staged / "hang-watchdog.service", staged / "vllm.service"))
+    assert_clean(verify(staged / "sglang.service"))
 
 
 @needs_analyze
@@ -263,3 +268,49 @@ def test_readme_reports_the_current_exposure_score(tmp_path: Path) -> None:
     )
     assert match, result.stdout[-500:]
     assert f"exposure level {match.group(1)}" in README_FRAGMENT.read_text()
+
+
+# --- SGLang: systemd/sglang.service with systemd/sglang-config.toml --------------------------
+SGLANG_UNIT = SYSTEMD / "sglang.service"
+SGLANG_OPERATOR = {"SGLANG_MODEL": "my-model", "SGLANG_SERVE_ARGS": "--tp-size 8 --port 30000"}
+# What the systemd restarter writes for SGLang (the profile's disable_trtllm_attention).
+SGLANG_FALLBACK = {"VLLM_WATCHDOG_ARGS": "--attention-backend flashinfer"}
+
+
+def test_sglang_config_pairs_with_the_sglang_unit() -> None:
+    cfg = load_config(SYSTEMD / "sglang-config.toml")
+    assert cfg.systemd_unit == cfg.journal_unit == "sglang.service" and cfg.engine == "sglang"
+    assert cfg.restarter == "systemd" and cfg.remediate is False
+    assert cfg.fallback_file == load_config(SYSTEMD / "config.toml").fallback_file
+    assert "-" + str(cfg.fallback_file) in values(SGLANG_UNIT, "EnvironmentFile")
+    assert str(cfg.server_url).endswith(":30000")  # SGLang's default --port
+
+
+def test_sglang_preflight_reads_the_args_as_sglangs() -> None:
+    from watchdog.engines.loader import load_engines
+
+    sglang = load_engines().get("sglang")
+    assert sglang is not None
+    (pre,) = values(SGLANG_UNIT, "ExecStartPre")
+    assert " preflight --engine sglang " in pre, pre
+    with_fallback = preflight_server_args(SGLANG_UNIT, {**SGLANG_OPERATOR, **SGLANG_FALLBACK})
+    assert sglang.trtllm_attention(with_fallback) is False, with_fallback
+    # Without the fallback SGLang picks TRTLLM-gen by itself on SM100/SM103 (None: by the GPU).
+    assert sglang.trtllm_attention(preflight_server_args(SGLANG_UNIT, SGLANG_OPERATOR)) is None
+    assert preflight_server_args(SGLANG_UNIT, {}) == ()
+
+
+def test_sglang_preflight_gets_exactly_the_arguments_exec_start_gets() -> None:
+    env = {**SGLANG_OPERATOR, **SGLANG_FALLBACK}
+    (start,) = values(SGLANG_UNIT, "ExecStart")
+    served = systemd_expand(start, env)
+    assert served[:4] == ["/opt/sglang/bin/sglang", "serve", "--model-path", "my-model"]
+    assert tuple(served[4:]) == preflight_server_args(SGLANG_UNIT, env)
+    assert served[-2:] == ["--attention-backend", "flashinfer"]  # last: SGLang's argparse wins
+
+
+def test_sglang_unit_start_limit_and_restart_match_vllms() -> None:
+    for key, section in (("StartLimitIntervalSec", "Unit"), ("StartLimitBurst", "Unit")):
+        assert values(SGLANG_UNIT, key, section) == values(SYSTEMD / "vllm.service", key, section)
+    assert values(SGLANG_UNIT, "Restart") == ["on-failure"]
+    assert values(SGLANG_UNIT, "Environment") == ["PYTHONUNBUFFERED=1"]
