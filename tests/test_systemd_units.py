@@ -14,6 +14,7 @@ import pytest
 
 from watchdog.config import load_config
 from watchdog.preflight import add_arguments, options_from_args
+from watchdog.remediation.restarters import env_file_text
 from watchdog.sources.facts import trtllm_attention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,7 +178,7 @@ def test_vllm_unit_runs_preflight_and_applies_fallback_args() -> None:
     assert pre.startswith("/usr/local/bin/hang-watchdog preflight --python ")
     (start,) = values(unit, "ExecStart")
     # $VAR (unbraced, its own word) splits into arguments and disappears when unset.
-    assert re.search(r"(^|\s)\$VLLM_WATCHDOG_ARGS(\s|$)", start), start
+    assert re.search(r"(^|\s)\$HANG_WATCHDOG_FALLBACK_ARGS(\s|$)", start), start
 
 
 def systemd_expand(command: str, env: Mapping[str, str]) -> list[str]:
@@ -204,9 +205,25 @@ def preflight_server_args(unit: Path, env: Mapping[str, str]) -> tuple[str, ...]
     return options_from_args(parser.parse_args(argv[2:])).server_args
 
 
+def environment_file(text: str) -> dict[str, str]:
+    """KEY=VALUE lines as systemd reads an EnvironmentFile= (systemd.exec(5)): `#` comments and
+    blank lines skipped, one pair of surrounding quotes removed."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and not key.startswith("#"):
+            out[key] = value[1:-1] if value[:1] == value[-1:] and value[:1] in "\"'" else value
+    return out
+
+
+def written(args: list[str], fallbacks: list[str]) -> dict[str, str]:
+    """What the systemd restarter's fallback file sets, read back as systemd reads it."""
+    return environment_file(env_file_text(args, {}, fallbacks))
+
+
 # The operator's own arguments, and the fallback the systemd restarter writes for vLLM >= 0.13.
 OPERATOR = {"VLLM_MODEL": "my-model", "VLLM_SERVE_ARGS": "--tensor-parallel-size 8 --port 8000"}
-FALLBACK = {"VLLM_WATCHDOG_ARGS": "--attention-config.use_trtllm_attention=0"}
+FALLBACK = written(["--attention-config.use_trtllm_attention=0"], ["disable_trtllm_attention"])
 
 
 @pytest.mark.parametrize("unit", [SYSTEMD / "vllm.service", DROP_IN], ids=["unit", "drop-in"])
@@ -230,6 +247,20 @@ def test_preflight_gets_exactly_the_arguments_exec_start_gets() -> None:
     # The drop-in's documented ExecStart for the operator's own unit agrees too.
     (example,) = re.findall(r"^#\s+ExecStart=(/\S.*)$", DROP_IN.read_text(), re.MULTILINE)
     assert tuple(systemd_expand(example, env)[3:]) == preflight_server_args(DROP_IN, env)
+
+
+def test_an_old_unit_reading_the_old_name_still_gets_the_fallback() -> None:
+    """A unit not yet updated (`$VLLM_WATCHDOG_ARGS`, the name before HANG_WATCHDOG_FALLBACK_ARGS)
+    gets the same arguments from the file this watchdog writes."""
+    assert FALLBACK["VLLM_WATCHDOG_ARGS"] == FALLBACK["HANG_WATCHDOG_FALLBACK_ARGS"]
+    assert FALLBACK["VLLM_WATCHDOG_FALLBACK"] == FALLBACK["HANG_WATCHDOG_FALLBACKS"]
+    (start,) = values(SYSTEMD / "vllm.service", "ExecStart")
+    old = start.replace("$HANG_WATCHDOG_FALLBACK_ARGS", "$VLLM_WATCHDOG_ARGS")
+    assert old != start
+    env = {**OPERATOR, **FALLBACK}
+    served = systemd_expand(old, env)
+    assert served[-1] == "--attention-config.use_trtllm_attention=0"
+    assert served == systemd_expand(start, env)
 
 
 def test_readme_excerpt_matches_the_shipped_unit() -> None:
@@ -274,7 +305,7 @@ def test_readme_reports_the_current_exposure_score(tmp_path: Path) -> None:
 SGLANG_UNIT = SYSTEMD / "sglang.service"
 SGLANG_OPERATOR = {"SGLANG_MODEL": "my-model", "SGLANG_SERVE_ARGS": "--tp-size 8 --port 30000"}
 # What the systemd restarter writes for SGLang (the profile's disable_trtllm_attention).
-SGLANG_FALLBACK = {"VLLM_WATCHDOG_ARGS": "--attention-backend flashinfer"}
+SGLANG_FALLBACK = written(["--attention-backend", "flashinfer"], ["disable_trtllm_attention"])
 
 
 def test_sglang_config_pairs_with_the_sglang_unit() -> None:
