@@ -119,7 +119,10 @@ class Rig:
         assert len(starts) == 2, starts
         assert starts[0] == first and not set(FALLBACK_ARGS) & set(starts[0]), starts
         assert starts[1] == [*first, *FALLBACK_ARGS], starts
-        assert 'HANG_WATCHDOG_FALLBACK_ARGS="--attention-backend flashinfer"' in self.fallback.read_text()
+        assert (
+            'HANG_WATCHDOG_FALLBACK_ARGS="--attention-backend flashinfer"'
+            in self.fallback.read_text()
+        )
         record = next(
             r for p in sorted((self.tmp / "inc").glob("*/incident.json"))
             if (r := json.loads(p.read_text()).get("remediation"))
