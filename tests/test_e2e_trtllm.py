@@ -20,6 +20,7 @@ import pytest
 
 from tests import simfixtures
 from tests.simfixtures import SimHandle, run_watchdog
+from watchdog.sim.config import SimConfig
 
 sim_factory = simfixtures.sim_factory  # fixtures, used by name
 cdn_factory = simfixtures.cdn_factory
@@ -67,26 +68,27 @@ def test_trtllm_serves_its_endpoints_and_worker(sim_factory: Callable[..., SimHa
     sim.child_pid("mpi4py.futures.server")  # the MPI pool worker that runs the executor
     # The API server's argv as pip's console script gives it: python .../trtllm-serve serve MODEL
     argv = psutil.Process(sim.pid).cmdline()
-    assert Path(argv[1]).name == "trtllm-serve" and argv[2:5] == ["serve", sim_model(), "--backend"]
-
-
-def sim_model() -> str:
-    from watchdog.sim.config import SimConfig
-
-    return SimConfig.model
+    assert Path(argv[1]).name == "trtllm-serve" and argv[2:5] == [
+        "serve",
+        SimConfig.model,
+        "--backend",
+    ]
 
 
 def test_trtllm_is_detected_from_its_command_line(
     tmp_path: Path, sim_factory: Callable[..., SimHandle]
 ) -> None:
-    """No --engine: the incident timeline's process snapshot names trtllm and its roles."""
+    """No --engine: pending work comes from the trtllm_ gauges on /prometheus/metrics, which
+    only the detected trtllm profile names (an unknown engine reads no metrics at all)."""
     sim = sim_factory("healthy", mode="serve", extra_args=TRT)
     sim.wait_for_line(ITER.pattern)
     done = run_watchdog(
         "diagnose", *sources(sim), *SHORT, "--json", "--duration", "6", cwd=tmp_path
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
-    assert "engine not recognised" not in done.stdout + done.stderr
+    verdict = json.loads(done.stdout)
+    assert verdict["state"] == "serving", verdict
+    assert "requests running or waiting (/metrics)" in verdict["reason"], verdict["reason"]
 
 
 def test_trtllm_cubin_stall_named_with_its_fix(
