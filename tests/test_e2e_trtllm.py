@@ -68,11 +68,8 @@ def test_trtllm_serves_its_endpoints_and_worker(sim_factory: Callable[..., SimHa
     sim.child_pid("mpi4py.futures.server")  # the MPI pool worker that runs the executor
     # The API server's argv as pip's console script gives it: python .../trtllm-serve serve MODEL
     argv = psutil.Process(sim.pid).cmdline()
-    assert Path(argv[1]).name == "trtllm-serve" and argv[2:5] == [
-        "serve",
-        SimConfig.model,
-        "--backend",
-    ]
+    assert Path(argv[1]).name == "trtllm-serve", argv
+    assert argv[2:6] == ["serve", SimConfig.model, "--backend", "pytorch"], argv
 
 
 def test_trtllm_is_detected_from_its_command_line(
