@@ -127,6 +127,7 @@ class Engine:
             # SGLang TP>1: this process is rank 0 itself, no workers to command.
             self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
             self.report("step", running=running, waiting=self.total_waiting(running))
+            self.straggle()
             rank_hang(self.cfg, scenario, 0)
         if scenario == "collective_wait" or (
             scenario in ("kernel_deadlock", "cubin_download_stall") and self.hang_rank_valid()
@@ -153,7 +154,7 @@ class Engine:
         if self.gpu is None or not self.hang_rank_valid():
             return
         gpu = self.gpu
-        waiting = [r for r in range(len(self.workers)) if r != self.cfg.hang_rank]
+        waiting = [r for r in range(self.ranks()) if r != self.cfg.hang_rank]
         gpu.per_gpu = {r: "busy" for r in waiting}
         timer = threading.Timer(
             STRAGGLE_S, lambda: gpu.per_gpu.update({r: "spin" for r in waiting})
@@ -161,9 +162,13 @@ class Engine:
         timer.daemon = True
         timer.start()
 
+    def ranks(self) -> int:
+        """TP ranks: vLLM's worker children, or SGLang's sibling schedulers (this one is 0)."""
+        return self.cfg.tp if self.sglang_ranks is not None else len(self.workers)
+
     def hang_rank_valid(self) -> bool:
         """--hang-rank names one of this server's worker ranks."""
-        return 0 <= self.cfg.hang_rank < len(self.workers)
+        return 0 <= self.cfg.hang_rank < self.ranks()
 
     def fetch_cubins(self) -> None:
         """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
