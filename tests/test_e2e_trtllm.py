@@ -1,6 +1,7 @@
 """End to end with the simulator as TensorRT-LLM's `trtllm-serve` (`--engine trtllm`): its log
 formats, `trtllm_` metrics on /prometheus/metrics, /health and its MPI worker, watched by a real
-`hang-watchdog` with real py-spy and sockets.
+`hang-watchdog` with real py-spy and sockets. The simulated API server runs as a `trtllm-serve`
+console script, so the watchdog is never told the engine: it detects it from the command line.
 
 Run under the shared lock: `flock /tmp/e2e.lock python3 -m pytest -q tests/test_e2e_trtllm.py`.
 """
@@ -14,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 
 from tests import simfixtures
 from tests.simfixtures import SimHandle, run_watchdog
+from watchdog.sim.config import SimConfig
 
 sim_factory = simfixtures.sim_factory  # fixtures, used by name
 cdn_factory = simfixtures.cdn_factory
@@ -25,7 +28,7 @@ cdn_factory = simfixtures.cdn_factory
 pytestmark = pytest.mark.slow
 
 SHORT = ["--stall-after-s", "6", "--suspect-after-s", "3", "--stack-second-after-s", "1"]
-SHORT += ["--gpu-spin-for-s", "4", "--no-cdn-default", "--engine", "trtllm"]
+SHORT += ["--gpu-spin-for-s", "4", "--no-cdn-default"]  # no --engine: detected
 TRT = ["--engine", "trtllm", "--mode", "serve"]
 ITER = re.compile(
     r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\] \[I\] iter = \d+, global_rank = 0"
@@ -63,6 +66,26 @@ def test_trtllm_serves_its_endpoints_and_worker(sim_factory: Callable[..., SimHa
     assert 'trtllm_generation_tokens_total{engine_type="trtllm"' in text
     assert "trtllm_num_requests_running" in text
     sim.child_pid("mpi4py.futures.server")  # the MPI pool worker that runs the executor
+    # The API server's argv as pip's console script gives it: python .../trtllm-serve serve MODEL
+    argv = psutil.Process(sim.pid).cmdline()
+    assert Path(argv[1]).name == "trtllm-serve", argv
+    assert argv[2:6] == ["serve", SimConfig.model, "--backend", "pytorch"], argv
+
+
+def test_trtllm_is_detected_from_its_command_line(
+    tmp_path: Path, sim_factory: Callable[..., SimHandle]
+) -> None:
+    """No --engine: pending work comes from the trtllm_ gauges on /prometheus/metrics, which
+    only the detected trtllm profile names (an unknown engine reads no metrics at all)."""
+    sim = sim_factory("healthy", mode="serve", extra_args=TRT)
+    sim.wait_for_line(ITER.pattern)
+    done = run_watchdog(
+        "diagnose", *sources(sim), *SHORT, "--json", "--duration", "6", cwd=tmp_path
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
+    verdict = json.loads(done.stdout)
+    assert verdict["state"] == "serving", verdict
+    assert "requests running or waiting (/metrics)" in verdict["reason"], verdict["reason"]
 
 
 def test_trtllm_cubin_stall_named_with_its_fix(

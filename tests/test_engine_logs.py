@@ -100,7 +100,100 @@ def test_trtllm_iteration_line_hang_detector_and_forward_error() -> None:
     assert hang is not None and hang.kind == "watchdog"
     assert (hang.fields["seconds"], hang.fields["rank"]) == (300.0, 3)
     err = parse_line("[TRT-LLM] [E] Encountered an error in forward function: CUDA error: x")
-    assert err is not None and err.kind == "crash" and err.fields["error"] == "CUDA error: x"
+    assert err is not None and err.kind == "line" and err.fields["error"] == "CUDA error: x"
+    assert err.fields["fatal"] is False  # _forward_step fails the batch and serves on
+
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+
+def corpus_lines(name: str) -> list[str]:
+    return (CORPUS / name).read_text(encoding="utf-8").splitlines()
+
+
+def test_trtllm_step_errors_from_real_threads_are_not_the_executor_dying() -> None:
+    # TensorRT-LLM #2708 (Executor API forwardAsync), #1279 (docker-timestamped forward function),
+    # tensorrtllm_backend #435 (the request error, then `Step function failed, continuing.`)
+    lines = [
+        corpus_lines("n97_trt2708_forwardasync_assertion_kvcache.log")[0],
+        corpus_lines("n98_trt1279_forward_function_assertion_freeblock.log")[0],
+        *corpus_lines("n102_trtbackend435_step_failed_continuing.log"),
+    ]
+    evs = [parse_line(x) for x in lines]
+    assert all(ev is not None and ev.kind == "line" for ev in evs), evs
+    assert [ev.fields.get("fatal") for ev in evs if ev] == [False] * 5
+    assert evs[0] and evs[0].fields["error"].startswith("[TensorRT-LLM][ERROR] Assertion failed")
+    assert evs[2] and evs[2].fields["error"] == "std::bad_cast"
+    assert evs[4] and evs[4].fields["continuing"] is True
+    # The fatal spelling: py_executor.py _event_loop_wrapper, the executor thread ends.
+    dead = parse_line("[05/01/2026-10:00:00] [TRT-LLM] [E] Error in event loop: Sampling failed")
+    assert dead is not None and dead.kind == "crash" and dead.fields["fatal"] is True
+    # Near misses: another step's error message, and a `continuing` line of another loop part.
+    assert parse_line("[TRT-LLM] [E] Encountered an error in decode: x") is None
+    assert parse_line("[TensorRT-LLM][WARNING] Fetching new requests failed, continuing.") is None
+
+
+def test_trtllm_cpp_logger_prefixes_with_the_rank_where_printed() -> None:
+    keep = re.compile(r"MPI size|Rank \d|Encountered")
+    old = parse_line(corpus_lines("n99_trt2683_cpp_runtime_startup_tp8.log")[0], keep=keep)
+    assert old is not None and old.line.startswith("[TensorRT-LLM][INFO] MPI size: 8")
+    assert "rank" not in old.fields  # `rank: 5` is in the message, not the logger's prefix
+    ranked = parse_line("[TensorRT-LLM][ERROR][3] Encountered an error in forwardAsync function: e")
+    assert ranked is not None and ranked.fields["rank"] == 3 and ranked.fields["error"] == "e"
+    new = parse_line(
+        "12-01-2026 10:00:00.123456 [TRT-LLM] [E] [5] Encountered an error in forward function: e"
+    )
+    assert new is not None and new.fields["rank"] == 5 and new.fields["error"] == "e"
+    # Near miss: a bracketed number after the prefix's own space is message text, not a rank.
+    loose = parse_line("[TensorRT-LLM][ERROR] [7] Encountered an error in forwardAsync function: e")
+    assert loose is not None and "rank" not in loose.fields
+    for name, version in (
+        ("n100_trt1826_mpirun_version_nccl_bootstrap.log", "0.11.0.dev2024061800"),
+        ("n101_trt2667_trtllm_serve_version_only.log", "0.16.0"),
+    ):
+        ev = parse_line(corpus_lines(name)[0])
+        assert ev is not None and ev.kind == "version" and ev.fields["version"] == version
+    # Near miss: a level the C++ logger never prints is no prefix, so no rank is read from it.
+    other = parse_line("[TensorRT-LLM][NOTICE][4] Encountered an error in forward function: e")
+    assert other is not None and "rank" not in other.fields
+
+
+def test_trtllm_hang_detector_both_spellings_with_the_rank() -> None:
+    # hang_detector.py _detect_hang, then py_executor.py on_detected: graceful and hard-kill forms
+    after = parse_line("[TRT-LLM] [E] Hang detected after 300 seconds.")
+    assert after is not None and after.kind == "watchdog" and after.fields["seconds"] == 300.0
+    for line in (
+        "[TRT-LLM] [MPI_Rank 1] [E] Hang detected on rank 3 in PyExecutor.",
+        "[TRT-LLM] [E] Hang detected on rank 3 in PyExecutor; hard-killing and propagating to "
+        "peer ranks.",
+    ):
+        ev = parse_line(line)
+        assert ev is not None and ev.kind == "watchdog", line
+        assert ev.fields["rank"] == 3 and ev.fields["fatal"] is True  # the message's rank wins
+    # Near misses: the shutdown line after it, and a rank that is not PyExecutor's.
+    assert parse_line("[TRT-LLM] [E] Hang detected, shutting down immediately.") is None
+    assert parse_line("[TRT-LLM] [E] Hang detected on rank 3 in the proxy.") is None
+
+
+def test_trtllm_cuda_graph_warmup_is_capture_not_a_stall() -> None:
+    # model_engine.py warmup, three spellings over its history
+    lines = [
+        "[05/01/2026-10:00:00] [TRT-LLM] [I] Run generation only CUDA graph warmup for "
+        "batch size=8",
+        "[05/01/2026-10:00:01] [TRT-LLM] [I] Run generation-only CUDA graph warmup for "
+        "batch size=4, draft_len=0",
+        "[05/01/2026-10:00:02] [TRT-LLM] [I] Run generation-only CUDA graph warmup for "
+        "batch size=2, draft_len=0, max_seq_len=4096",
+    ]
+    evs = [parse_line(x) for x in lines]
+    assert [ev.kind if ev else None for ev in evs] == ["capture"] * 3
+    assert [ev.fields["n"] for ev in evs if ev] == [8, 4, 2]
+    w = Window()
+    for t, ev in enumerate(evs):
+        w.append(Observation(t=float(t), wall=float(t), logs=(ev,) if ev else ()))
+    assert w.progress.phase == "capturing" and w.progress.last_progress_t == 2.0
+    # Near miss: a warmup line that is not CUDA-graph capture.
+    assert parse_line("[TRT-LLM] [I] Run generation-only warmup for batch size=4") is None
 
 
 def test_malformed_numbers_keep_the_line_and_never_raise() -> None:
@@ -141,6 +234,9 @@ def test_every_pattern_is_linear_in_the_line_length() -> None:
         ("flashinfer.jit: Fetching ", "a"),
         ("sha256 mismatch ", " for"),
         ("[TRT-LLM] [I] iter = 1, global_rank = 1, rank = 1, ", "num_scheduled_requests"),
+        ("[TensorRT-LLM][INFO][", "1"),
+        ("12-01-2026 10:00:00.123456 [TRT-LLM] [I] [", "1"),
+        ("Run generation-only CUDA graph warmup for batch size=", "1"),
     )
     worst = 0.0
     for head, unit in shapes:

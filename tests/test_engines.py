@@ -9,6 +9,7 @@ import pytest
 
 from watchdog.engines.detect import EngineRef, detect_engine
 from watchdog.engines.loader import EngineError, load_engines
+from watchdog.sim.trtllm_launch import launcher_argv
 from watchdog.sources.logparse import LogPatterns, parse_line
 
 GOOD = """
@@ -134,7 +135,10 @@ def test_detection_from_command_lines_and_titles() -> None:
         "/venv/bin/vllm serve meta/llama --port 8000": "vllm",
         "python -m vllm.entrypoints.openai.api_server --model m": "vllm",
         "trtllm-serve /models/llama --backend pytorch": "trtllm",
+        # pip's console script, as the simulator's launcher runs it too
+        "/usr/bin/python3 /usr/local/bin/trtllm-serve serve m --backend pytorch": "trtllm",
         "python3 my_server.py": "unknown",
+        "python3 -m watchdog.sim.vllm_sim --engine trtllm": "unknown",  # no trtllm-serve in it
     }
     assert {c: detect_engine(engines, c)[0].name for c in cases} == cases
     by_title, why = detect_engine(engines, "python3 x.py", ["sglang::scheduler_TP1"])
@@ -146,6 +150,10 @@ def test_detection_from_command_lines_and_titles() -> None:
     assert sgl.role_of("sglang::detokenizer") == ("detokenizer", None)
     vllm = engines.get("vllm")
     assert vllm is not None and vllm.role_of("VLLM::Worker_TP1") == ("worker", 1)
+    trt = engines.get("trtllm")
+    assert trt is not None
+    sim_argv = ["/usr/bin/python3", "/tmp/trtllm-bin-x/trtllm-serve", *launcher_argv("m")]
+    assert trt.role_of(" ".join(sim_argv)) == ("api_server", None)
 
 
 def test_forced_engine_and_unknown_name() -> None:

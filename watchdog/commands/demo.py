@@ -165,9 +165,6 @@ def _watch(
     }
     if sim.port is not None:
         values["server_url"] = f"http://127.0.0.1:{sim.port}"
-    if sim.engine == "trtllm":
-        # The simulator cannot show `trtllm-serve` in its command line: name the engine.
-        values["engine"] = "trtllm"
     built = build(build_config(values, origin="demo"), emitter=Emitter("text", stream=sys.stdout))
     say("[demo] watchdog attached; state changes follow\n")
 

@@ -39,6 +39,7 @@ LEVELS = {"CRITICAL": "[F]", "ERROR": "[E]", "WARNING": "[W]", "INFO": "[I]", "D
 UNAVAILABLE = b"LLM is unavailable. Please check the server logs for more details."
 # py_executor.py _forward_step: traceback.print_exc() then this line (an illegal access here).
 FORWARD_ERROR = "CUDA error: an illegal memory access was encountered"
+GRAPH_BATCH_SIZES = (8, 4, 2, 1)  # the sim's cuda_graph_config batch sizes, captured largest first
 
 
 def fmha_libs(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -109,6 +110,16 @@ class TrtllmStartup(Startup):
             self._sleep(step)
         modules.close()
         self._con.line(f"Model init total -- {self._clock() - start:.2f}s", "err")
+        self.capture_graphs()
+
+    def capture_graphs(self) -> None:
+        """_torch/pyexecutor/model_engine.py@1a0dc5f7 warmup: one line per CUDA-graph batch
+        size, largest first, before the executor loop starts."""
+        step = self._cfg.startup_s * 0.1 / len(GRAPH_BATCH_SIZES)
+        for bs in GRAPH_BATCH_SIZES:
+            msg = f"Run generation-only CUDA graph warmup for batch size={bs}, draft_len=0"
+            self._con.trtllm("INFO", msg)
+            self._sleep(step)
 
 
 class HangDetector:

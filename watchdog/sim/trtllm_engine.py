@@ -22,6 +22,14 @@ FORWARD_TRACE = (
     "    outputs = forward(scheduled_requests, self.resource_manager,",
     f"RuntimeError: {FORWARD_ERROR}",
 )
+# py_executor.py _event_loop_wrapper: logger.error(traceback.format_exc()) after the error line.
+EVENT_LOOP_TRACE = (
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3.12/dist-packages/tensorrt_llm/_torch/pyexecutor/'
+    'py_executor.py", line 412, in _event_loop_wrapper',
+    "    self.event_loop()",
+    f"RuntimeError: {FORWARD_ERROR}",
+)
 
 
 class TrtllmHooks:
@@ -57,10 +65,15 @@ class TrtllmHooks:
         _trtllm_gen_batch_context_with_kv_cache(self.engine.cfg.cdn_timeout)
 
     def die(self) -> None:
-        """The forward error: its traceback on stderr, then the executor's error line."""
+        """The forward error fails only its batch (py_executor.py _forward_step serves on); the
+        illegal access is sticky, so the loop's next CUDA call raises outside that handler and
+        _event_loop_wrapper logs `Error in event loop: ...`: the executor thread is gone."""
         for line in FORWARD_TRACE:
             self.engine.con.line(line, "err")
         self.log("ERROR", f"Encountered an error in forward function: {FORWARD_ERROR}")
+        self.log("ERROR", f"Error in event loop: {FORWARD_ERROR}")
+        for line in EVENT_LOOP_TRACE:
+            self.log("ERROR", line)
 
 
 def _trtllm_gen_batch_context_with_kv_cache(timeout: float) -> None:

@@ -36,6 +36,7 @@ from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.link import EngineLink
 from watchdog.sim.output import Console
 from watchdog.sim.sglang_ranks import run_sglang_rank
+from watchdog.sim.trtllm_launch import reexec_as_trtllm_serve
 from watchdog.sim.workers import run_idle_child, run_worker
 
 
@@ -120,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cfg.cdn_url:
             check_loopback(cfg.cdn_url)
         versions.reexec_with_versions(cfg.fake_versions, args, cfg.workdir)
+        if cfg.engine == "trtllm" and cfg.mode == "serve":
+            reexec_as_trtllm_serve(args, cfg.model, cfg.workdir)  # argv reads `trtllm-serve`
     except ValueError as e:
         print(str(e), file=sys.stderr)
         return 2
