@@ -128,6 +128,10 @@ def test_trtllm_kernel_spin_is_hung_and_its_hang_detector_is_read(
     line = sim.wait_for_line(r"\[TRT-LLM\] \[E\] Hang detected after (\d+) seconds\.", 60)
     assert line.group(1) == "12"
     sim.wait_for_line(r"HangDetector: self-SIGKILL", 20)
+    # The log as the operator would paste it: replay names TensorRT-LLM's own verdict.
+    replay = run_watchdog("replay", str(sim.log_file), "--json", cwd=tmp_path)
+    matches = [m["signature"] for m in json.loads(replay.stdout)["matches"]]
+    assert "trtllm_hang_detector_fired" in matches, replay.stdout[-2000:]
     base = f"http://127.0.0.1:{sim.port}"
     end = httpx.get(f"{base}/health", timeout=10, trust_env=False)
     assert end.status_code == 503 and b"LLM is unavailable" in end.content

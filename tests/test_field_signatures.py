@@ -58,6 +58,38 @@ def test_sglang_hard_watchdog_names_and_soft_one_does_not(sigs: SignatureSet) ->
     assert named([SOFT], sigs) == []
 
 
+# tensorrt_llm/_torch/pyexecutor/hang_detector.py@06c5e532 HangDetector._detect_hang logs
+# f"Hang detected after {self.timeout} seconds."; py_executor.py's on_detected names the rank,
+# graceful (PR #15222) or hard-killing (py_executor.py@00043967). Python logger prefix from
+# tensorrt_llm/logger.py: "[MM/DD/YYYY-HH:MM:SS] [TRT-LLM] [MPI_Rank N] [E] ".
+TRT = "[12/01/2026-10:00:00] [TRT-LLM] [MPI_Rank 3] [E] "
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Hang detected after 300 seconds.",
+        "Hang detected on rank 3 in PyExecutor.",
+        "Hang detected on rank 3 in PyExecutor; hard-killing and propagating to peer ranks.",
+    ],
+)
+def test_trtllm_hang_detector_names_its_own_signature(sigs: SignatureSet, line: str) -> None:
+    assert named([TRT + line], sigs) == ["trtllm_hang_detector_fired"]
+
+
+def test_trtllm_hang_detector_near_misses(sigs: SignatureSet) -> None:
+    # the knob in an argument dump, the words in another component's message, a healthy iter
+    quiet = [
+        "[12/01/2026-10:00:00] [TRT-LLM] [I] PyTorchConfig(hang_detection_timeout=300, ...)",
+        TRT + "Hang detected on rank 3 in the proxy.",
+        "[12/01/2026-10:00:01] [TRT-LLM] [I] iter = 12, global_rank = 0, rank = 0, "
+        "currank_total_requests = 0/0, host_step_time = 20.1ms, prev_device_step_time = 19.8ms, "
+        "timestamp = 2026-12-01 10:00:01, num_scheduled_requests: 4, states = "
+        "{'num_ctx_requests': 0, 'num_ctx_tokens': 0, 'num_generation_tokens': 4}",
+    ]
+    assert named(quiet, sigs) == []
+
+
 def test_gloo_timeout_vllm_ignores_is_no_network_error(sigs: SignatureSet) -> None:
     ignored = lines("n17_vllm16514_gloo_error_ignored_then_fatal.log")[0]
     assert "Error ignored in is_in_the_same_node" in ignored
