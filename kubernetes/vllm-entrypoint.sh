@@ -7,8 +7,10 @@
 #    watchdog's log source, still printing them so `kubectl logs` works. The file is rotated to
 #    .1 when it exceeds HANG_WATCHDOG_LOG_MAX_BYTES (default 100 MiB). Set it empty to skip.
 # 2. Applies the fallback the watchdog wrote into the shared volume (HANG_WATCHDOG_FALLBACK_FILE,
-#    default /shared/hang-watchdog/fallback.env): VLLM_WATCHDOG_ARGS="..." is appended to the
-#    command, every other KEY=VALUE line (e.g. NCCL_NVLS_ENABLE=0) is exported. The file is read
+#    default /shared/hang-watchdog/fallback.env): HANG_WATCHDOG_FALLBACK_ARGS="..." is appended
+#    to the command, every other KEY=VALUE line (e.g. NCCL_NVLS_ENABLE=0) is exported. The old
+#    name VLLM_WATCHDOG_ARGS (the watchdog writes both, same value) is used only when the file
+#    has no HANG_WATCHDOG_FALLBACK_ARGS line, i.e. when an older watchdog wrote it. The file is read
 #    as data, never sourced, so nothing in it can run as code. A bad line is reported and skipped.
 # 3. execs the command, so the server is the container's main process: the kubelet's SIGTERM
 #    reaches it directly, and when the watchdog terminates it the container exits and restarts.
@@ -42,6 +44,8 @@ for line in iter(sys.stdin.buffer.readline, b""):
 fi
 
 extra_args=()
+old_args=()
+have_new=0
 applied=()
 if [[ -r "$fallback_file" ]]; then
     lineno=0
@@ -59,15 +63,22 @@ if [[ -r "$fallback_file" ]]; then
         if [[ "$value" =~ ^\"(.*)\"$ || "$value" =~ ^\'(.*)\'$ ]]; then
             value="${BASH_REMATCH[1]}"
         fi
-        if [[ "$key" == "VLLM_WATCHDOG_ARGS" ]]; then
+        if [[ "$key" == "HANG_WATCHDOG_FALLBACK_ARGS" ]]; then
             # Split on whitespace only: no globbing, no expansion.
             read -r -a words <<< "$value"
             extra_args+=("${words[@]}")
+            have_new=1
+        elif [[ "$key" == "VLLM_WATCHDOG_ARGS" ]]; then
+            read -r -a words <<< "$value"
+            old_args+=("${words[@]}")
         else
             export "$key=$value"
         fi
         applied+=("$key=$value")
     done < "$fallback_file"
+    if [[ $have_new -eq 0 ]]; then
+        extra_args+=("${old_args[@]}")
+    fi
 fi
 if [[ ${#applied[@]} -gt 0 ]]; then
     echo "vllm-entrypoint: hang-watchdog fallback applied from $fallback_file: ${applied[*]}" >&2

@@ -1,9 +1,12 @@
-"""Suite-wide guards: tests talk only to 127.0.0.1 / ::1, never to any other address."""
+"""Suite-wide guards: tests talk only to 127.0.0.1 / ::1, never to any other address; a test
+that runs the CLI in-process leaves the watchdog's logger as it found it."""
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
+from collections.abc import Iterator
 
 import pytest
 
@@ -28,3 +31,14 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.fixture(autouse=True)
+def watchdog_logger_restored() -> Iterator[None]:
+    """`main()` in-process sets up the CLI's stderr handler with propagation off; undo it, or
+    later tests in the same worker log into a closed capture stream and caplog sees nothing."""
+    log = logging.getLogger("hang_watchdog")
+    saved = (list(log.handlers), log.propagate, log.level)
+    yield
+    log.handlers[:] = saved[0]
+    log.propagate, log.level = saved[1], saved[2]

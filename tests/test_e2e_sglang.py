@@ -51,10 +51,15 @@ def test_sglang_cubin_stall_named_from_stack_and_socket(
 ) -> None:
     """SGLang hides FlashInfer's `Fetching` lines: the stall is named from stack and socket."""
     cdn = cdn_factory("blackhole")
+    # The server's environment has sglang 0.5.23 installed (its dist-info on its sys.path).
+    site = tmp_path / "site" / "sglang-0.5.23.dist-info"
+    site.mkdir(parents=True)
+    (site / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
     sim = sim_factory(
         "cubin_download_stall",
         mode="serve",
         extra_args=[*SGL, "--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"],
+        env={"PYTHONPATH": str(site.parent)},
     )
     args = [*sources(sim), "--cdn-host", f"127.0.0.1:{cdn}", *SHORT, "--json"]
     # No --until-hang: the socket names the stall first, the py-spy dumps confirm it a tick later.
@@ -62,6 +67,7 @@ def test_sglang_cubin_stall_named_from_stack_and_socket(
     assert done.returncode == 1, f"{done.stdout}\n{done.stderr[-3000:]}"
     verdict = json.loads(done.stdout)
     assert verdict["signature"] == "cubin_download_stall", verdict
+    assert verdict["engine"] == "sglang 0.5.23"  # read from the server's own metadata
     sources_seen = {e["source"] for e in verdict["evidence"]}
     assert {"stacks", "conns"} <= sources_seen, verdict["evidence"]
     assert any("download_file" in e["detail"] for e in verdict["evidence"])

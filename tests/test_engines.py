@@ -65,6 +65,10 @@ def test_shipped_profiles_load() -> None:
         (('needle = "acme step "', 'needle = "other "'), "must start with the needle"),
         (('500 = "dead"', '500 = "sad"'), "health: key 'answers'"),
         (('name = "acme"', 'name = "Acme Engine"'), "engine[0]: key 'name'"),
+        (('title = "Acme Serve"', 'packages = "acme-kernels"'), "engine 'acme': key 'packages'"),
+        (('title = "Acme Serve"', "packages = [3]"), "engine 'acme': key 'packages'"),
+        (('title = "Acme Serve"', 'packages = ["acme kernels"]'), "not a distribution name"),
+        (('title = "Acme Serve"', "version_package = 1"), "key 'version_package'"),
     ],
 )
 def test_bad_profile_names_file_entry_and_key(
@@ -88,6 +92,26 @@ def test_cli_exits_2_on_a_bad_engine_file(
     assert str(path) in err and "role[0]: key 'role': unknown role 'boss'" in err
     assert main([*argv, "--engine", "nope", "--pid", "1"]) == 2
     assert "'nope' is not a known engine" in capsys.readouterr().err
+
+
+def test_engine_packages_come_from_the_profiles(tmp_path: Path) -> None:
+    from watchdog.sources.pyenv import COMMON, PACKAGES, packages_for
+
+    assert load_engines().get("sglang").distributions == (  # type: ignore[union-attr]
+        "sglang",
+        "sglang-kernel",
+        "sgl-kernel",
+    )
+    assert PACKAGES[:2] == ("vllm", "sglang") and "tensorrt_llm" in PACKAGES
+    assert PACKAGES[-len(COMMON) :] == COMMON and "torch" in COMMON
+    text = GOOD.replace(
+        'title = "Acme Serve"',
+        'version_package = "acme-serve"\npackages = ["acme-kernels", "tensorrt-llm"]',
+    )
+    got = packages_for(load_engines([write(tmp_path, text)]))
+    assert got[:2] == ("acme-serve", "acme-kernels")  # an operator profile's packages first
+    assert "tensorrt-llm" in got and "tensorrt_llm" not in got  # one spelling per project
+    assert set(PACKAGES) - {"tensorrt_llm"} < set(got)
 
 
 def test_operator_engine_is_detected_and_its_lines_read(tmp_path: Path) -> None:

@@ -258,3 +258,63 @@ def test_same_target_environment_is_read_again_only_every_recheck_s(tmp_path: Pa
     assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
     now[0] += 1.0
     assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://two.example/"
+
+
+def _sglang_root(tmp_path: Path, dists: Mapping[str, str]) -> Path:
+    """A sidecar-style /proc whose target runs `sglang serve` from /opt/venv."""
+    proc = fake_proc(tmp_path, "/usr/bin/python3.12", {"PATH": "/opt/venv/bin:/usr/bin"}, "python3")
+    cmdline = b"/opt/venv/bin/python3\0-m\0sglang.launch_server\0--model-path\0m\0"
+    (proc / str(SIDECAR_PID) / "cmdline").write_bytes(cmdline)
+    venv = proc / str(SIDECAR_PID) / "root" / "opt" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to("/usr/bin/python3.12")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.12.3\n")
+    for name, version in dists.items():
+        write_dist(venv / "lib" / "python3.12" / "site-packages", name, version)
+    return proc
+
+
+def test_sglang_environment_reports_the_engine_version(tmp_path: Path) -> None:
+    """sglang's dist-info (and its kernel wheel) are read like vllm's; the engine in force is
+    named with its version for verdicts and bundles."""
+    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.loader import load_engines
+
+    dists = {"sglang": "0.5.23", "sglang-kernel": "0.4.10", "flashinfer-python": "0.7.2"}
+    proc = _sglang_root(tmp_path, dists)
+    engines = load_engines()
+    ref = EngineRef(engines)
+    ref.observe("python3 -m sglang.launch_server --model-path m", [])
+    src = FactsSource(proc_root=str(proc), engine=ref)
+    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["sglang"] and f)
+    assert {k: facts[k] for k in dists} == dists and facts["vllm"] is None
+    assert facts["sgl-kernel"] is None and facts["tensorrt_llm"] is None
+    assert (facts["engine"], facts["engine_package"], facts["engine_version"]) == (
+        "sglang",
+        "sglang",
+        "0.5.23",
+    )
+
+
+def test_operator_profile_package_is_collected(tmp_path: Path) -> None:
+    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.loader import load_engines
+    from watchdog.sources.pyenv import packages_for
+
+    profile = tmp_path / "acme.toml"
+    profile.write_text(
+        'schema = 1\n[[engine]]\nname = "acme"\nversion_package = "acme-serve"\n'
+        'packages = ["acme-kernels"]\n[engine.detect]\ncmdline = ["acme-serve"]\n'
+    )
+    engines = load_engines([profile])
+    dists = {"acme-serve": "1.2.3", "acme-kernels": "0.9", "torch": "2.9.0"}
+    proc = _sglang_root(tmp_path, dists)
+    src = FactsSource(
+        proc_root=str(proc), packages=packages_for(engines), engine=EngineRef(engines, "acme")
+    )
+    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["acme-serve"] and f)
+    assert (facts["acme-serve"], facts["acme-kernels"], facts["torch"]) == ("1.2.3", "0.9", "2.9.0")
+    assert facts["engine"] == "acme" and facts["engine_version"] == "1.2.3"
+    # Without the operator's list the shipped one has no idea of acme's packages.
+    plain = FactsSource(proc_root=str(proc))
+    assert "acme-serve" not in _wait(lambda: (f := plain.poll(SIDECAR_PID))["torch"] and f)

@@ -255,7 +255,24 @@ def wait_for_text(path: Path, needle: str, deadline_s: float = 30.0) -> str:
     raise AssertionError(f"{needle!r} never appeared in {path}")
 
 
+def test_entrypoint_applies_the_file_the_watchdog_writes_once(tmp_path: Path) -> None:
+    """The file carries the new and the old name with one value: the arguments go in once."""
+    from watchdog.remediation.restarters import env_file_text
+
+    flag = "--attention-backend=flashinfer"
+    fallback = env_file_text([flag], {"NCCL_NVLS_ENABLE": "0"}, ["disable_trtllm_attention"])
+    assert f'HANG_WATCHDOG_FALLBACK_ARGS="{flag}"' in fallback
+    assert f'VLLM_WATCHDOG_ARGS="{flag}"' in fallback
+    proc = run_entrypoint(tmp_path, fallback, sys.executable, "-c", REPORTER, "serve", "m")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    report = json.loads(out.splitlines()[-1])
+    assert report["argv"] == ["serve", "m", flag]
+    assert report["env"]["NCCL_NVLS_ENABLE"] == "0"
+
+
 def test_entrypoint_applies_fallback_and_execs(tmp_path: Path) -> None:
+    """A file an older watchdog wrote (only the old name) still applies."""
     fallback = (
         "# written by hang-watchdog\n"
         'VLLM_WATCHDOG_ARGS="--attention-config.use_trtllm_attention=0"\n'

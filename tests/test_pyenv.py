@@ -48,13 +48,9 @@ def test_reads_versions_from_a_real_venv_without_importing(venv: Path) -> None:
     write_dist(site, "torch", "2.9.0")
     (site / "torch.py").write_text("raise SystemExit('imported torch!')\n")
     got = package_versions(str(python))
-    assert got == {
-        "vllm": "0.11.2",
-        "flashinfer-python": "0.6.7",
-        "flashinfer-cubin": None,
-        "flashinfer-jit-cache": None,
-        "torch": "2.9.0",
-    }
+    found = {"vllm": "0.11.2", "flashinfer-python": "0.6.7", "torch": "2.9.0"}
+    assert got == {name: found.get(name) for name in PACKAGES}
+    assert {"flashinfer-cubin", "flashinfer-jit-cache", "sglang"} <= set(got)
     assert tuple(got) == PACKAGES
 
 
@@ -93,12 +89,14 @@ def test_failing_interpreter_shows_stderr(tmp_path: Path) -> None:
 # --- Reading the target's own filesystem (/proc/PID/root) ---------------------------------------
 # A fake root stands in for /proc/PID/root: what a Kubernetes sidecar sees of the vLLM container.
 
-SERVER = {
+INSTALLED: dict[str, str] = {
     "vllm": "0.11.2",
     "flashinfer-python": "0.6.7",
     "flashinfer-cubin": "0.6.7",
     "torch": "2.9.0+cu130",
 }
+# What is read back: every engine's distributions, the ones not installed as None.
+SERVER: dict[str, str | None] = {**dict.fromkeys(PACKAGES), **INSTALLED}
 EXPECTED = {**SERVER, "flashinfer-jit-cache": None}
 
 
@@ -109,7 +107,7 @@ def venv_root(root: Path, *, system: str = "false") -> Path:
     (venv / "pyvenv.cfg").write_text(
         f"home = /usr/bin\ninclude-system-site-packages = {system}\nversion = 3.12.3\n"
     )
-    for name, version in SERVER.items():
+    for name, version in INSTALLED.items():
         write_dist(venv / "lib" / "python3.12" / "site-packages", name, version)
     return root
 
@@ -146,7 +144,7 @@ def test_debian_layout_and_egg_info(tmp_path: Path) -> None:
     root = tmp_path / "root"
     site = root / "usr" / "local" / "lib" / "python3.12" / "dist-packages"
     for name in ("flashinfer-python", "flashinfer-cubin", "torch"):
-        write_dist(site, name, SERVER[name])
+        write_dist(site, name, INSTALLED[name])
     egg = site / "vllm.egg-info"  # `pip install -e .` of an older setuptools
     egg.mkdir()
     (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.11.2\n\nBody\n")
@@ -189,7 +187,7 @@ def test_site_dirs_of_mapped_extension_modules(tmp_path: Path) -> None:
 def test_unknown_minor_version_tries_each_python3_dir(tmp_path: Path) -> None:
     root = tmp_path / "root"
     (root / "usr" / "local" / "lib" / "python3.10").mkdir(parents=True)
-    for name, version in SERVER.items():
+    for name, version in INSTALLED.items():
         write_dist(root / "usr" / "local" / "lib" / "python3.12" / "site-packages", name, version)
     assert versions_under_root(root, exe="/usr/local/bin/python3", argv0=None) == EXPECTED
 

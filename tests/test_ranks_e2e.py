@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests import simfixtures
@@ -38,7 +39,7 @@ def _diagnose(tmp_path: Path, sim: SimHandle, *extra: str) -> dict:
     return json.loads(done.stdout)
 
 
-def _check_ranks(verdict: dict, cause: int, activity: str) -> None:
+def _check_ranks(verdict: dict, cause: int, activity: str, role: str = "worker") -> None:
     assert verdict["cause_rank"] == cause, verdict
     assert verdict["waiting_ranks"] == [r for r in range(4) if r != cause], verdict
     by_rank = {r["rank"]: r for r in verdict["ranks"] if r["rank"] is not None}
@@ -46,7 +47,7 @@ def _check_ranks(verdict: dict, cause: int, activity: str) -> None:
     assert by_rank[cause]["part"] == "cause" and by_rank[cause]["activity"] == activity
     assert by_rank[cause]["gpu"] == cause  # the sim puts rank n's pid on GPU n
     for r, view in by_rank.items():
-        assert view["role"] == "worker"  # the vLLM profile's name for VLLM::Worker_TPn
+        assert view["role"] == role  # the profile's name: VLLM::Worker_TPn, sglang::scheduler_TPn
         if r != cause:
             assert view["part"] == "waiting" and view["activity"] == "collective", view
             assert view["frame"].startswith(("barrier", "all_reduce")) and view["unchanged"]
@@ -64,7 +65,7 @@ def _check_ranks(verdict: dict, cause: int, activity: str) -> None:
     first = next(e["detail"] for e in verdict["evidence"] if e["kind"] == "rank_progress")
     assert first.startswith(f"rank {cause} stopped first"), first
     line = next(e["detail"] for e in verdict["evidence"] if e["kind"] == "rank_cause")
-    assert line.startswith(f"rank {cause} (worker) is in "), line
+    assert line.startswith(f"rank {cause} ({role}) is in "), line
     assert "3 other ranks wait for it" in line
 
 
@@ -96,3 +97,39 @@ def test_tp4_spinning_rank_is_named_cause(
     _check_ranks(verdict, 1, "gpu_wait")
     cause = next(r for r in verdict["ranks"] if r["part"] == "cause")
     assert cause["frame"].startswith("synchronize"), cause
+
+
+SGLANG_TP4 = ["--engine", "sglang", "--tp", "4", "--gpus", "4", "--health-timeout-s", "5"]
+
+
+def test_sglang_tp4_download_rank_is_named_cause(
+    tmp_path: Path, sim_factory: Callable[..., SimHandle], cdn_factory: Callable[[str], int]
+) -> None:
+    """SGLang TP=4: `sglang::scheduler_TP0..3` under the launcher; rank 3 blocks in FlashInfer's
+    download (no `Fetching` line: SGLang sets FlashInfer's logger to ERROR), ranks 0-2 wait."""
+    cdn = cdn_factory("blackhole")
+    sim = sim_factory(
+        "cubin_download_stall",
+        mode="serve",
+        extra_args=[*SGLANG_TP4, "--hang-rank", "3"]
+        + ["--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"],
+    )
+    for rank in range(4):  # siblings, as SGLang's launcher starts them
+        pid = sim.child_pid(f"sglang::scheduler_TP{rank}")
+        assert psutil.Process(pid).ppid() == sim.pid
+    verdict = _diagnose(tmp_path, sim, "--cdn-host", f"127.0.0.1:{cdn}")
+    assert verdict["signature"] == "cubin_download_stall", verdict
+    _check_ranks(verdict, 3, "download", role="scheduler")
+    cause = next(r for r in verdict["ranks"] if r["part"] == "cause")
+    assert cause["frame"].startswith("download_file") and cause["sockets"], cause
+    assert "Fetching" not in sim.log_text()
+    assert sim.wait_for_line(r"^\[[\d-]+ [\d:]+ TP3\] Load weight begin\.")
+
+
+def test_sglang_tp4_spinning_rank_is_named_cause(
+    tmp_path: Path, sim_factory: Callable[..., SimHandle]
+) -> None:
+    sim = sim_factory("kernel_deadlock", mode="serve", extra_args=[*SGLANG_TP4, "--hang-rank", "0"])
+    verdict = _diagnose(tmp_path, sim)
+    assert verdict["state"] == "hung", verdict
+    _check_ranks(verdict, 0, "gpu_wait", role="scheduler")

@@ -151,7 +151,7 @@ def test_fallback_cli_show_and_clear(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert fallback_cli.run(args) == 0
     cleared = store.load()
     assert not cleared.exhausted and cleared.active is None and cleared.restarts == []
-    assert 'VLLM_WATCHDOG_ARGS=""' in env_file.read_text()
+    assert 'HANG_WATCHDOG_FALLBACK_ARGS=""' in env_file.read_text()
 
 
 def test_fallback_clear_empties_the_recorded_file_without_being_told(
@@ -169,7 +169,7 @@ def test_fallback_clear_empties_the_recorded_file_without_being_told(
     assert fallback_cli.run(parser.parse_args(clear)) == 0
     out = capsys.readouterr().out
     assert f"emptied {env_file}" in out and "without the fallback from its next restart" in out
-    assert 'VLLM_WATCHDOG_ARGS=""' in env_file.read_text()
+    assert 'HANG_WATCHDOG_FALLBACK_ARGS=""' in env_file.read_text()
     assert store.load().fallback_file == str(env_file)  # kept for the next clear
     # nothing recorded (an older state file): say plainly that the file still holds it
     store.save(RemediationState(active={"fallbacks": ["disable_nvls"]}))
@@ -216,7 +216,7 @@ def test_systemd_hook_writes_the_environment_file_and_restarts_once_per_episode(
     hook.on_tick(obs(t), hang(), daemon)
     assert log.read_text().splitlines() == ["restart vllm.service"]
     text = env_file.read_text()
-    assert 'VLLM_WATCHDOG_ARGS="--attention-config.use_trtllm_attention=0"' in text
+    assert 'HANG_WATCHDOG_FALLBACK_ARGS="--attention-config.use_trtllm_attention=0"' in text
     assert "VLLM_WATCHDOG_FALLBACK=disable_trtllm_attention" in text
     assert metric(sink, "hang_watchdog_fallback_active", fallback="disable_trtllm_attention") == 1
     assert StateStore(cfg.state_dir).load().fallback_file == str(env_file)  # for `fallback clear`

@@ -51,7 +51,7 @@ def test_command_restarter_expands_the_placeholders(tmp_path: Path) -> None:
     calls = [json.loads(line) for line in record.read_text().splitlines()]
     sig, fallback = "trtllm_attention_deadlock", "disable_trtllm_attention"
     assert calls[0]["argv"] == [sig, fallback, FLAG, f"flags={FLAG}", f"--env-file={env_file}"]
-    assert calls[0]["env"] is None and f'VLLM_WATCHDOG_ARGS="{FLAG}"' in calls[0]["file"]
+    assert calls[0]["env"] is None and f'HANG_WATCHDOG_FALLBACK_ARGS="{FLAG}"' in calls[0]["file"]
     # older vLLM: no flag, so "{args}" alone becomes no argument at all; the variable is set
     assert calls[1]["argv"] == [sig, fallback, "flags=", f"--env-file={env_file}"]
     assert calls[1]["env"] == "0" and "VLLM_USE_TRTLLM_ATTENTION=0" in calls[1]["file"]

@@ -55,12 +55,32 @@ def test_sglang_nvls_fallback_and_vllm_unchanged() -> None:
 
 
 def test_engine_without_a_spelling_is_a_clear_plan_error(tmp_path: Path) -> None:
-    sigs, engines = load_signatures(), load_engines()
-    with pytest.raises(PlanError, match=r"no spelling for TensorRT-LLM.*engine\.fallback"):
+    # An operator profile for a made-up engine that spells no fallback.
+    profile = tmp_path / "engines.toml"
+    profile.write_text(
+        'schema = 1\n[[engine]]\nname = "madeup"\ntitle = "Made-Up Serve"\n'
+        "[engine.detect]\ncmdline = ['madeup-serve']\n"
+    )
+    sigs, engines = load_signatures(), load_engines([profile])
+    with pytest.raises(PlanError, match=r"no spelling for Made-Up Serve.*engine\.fallback"):
         make_plan(
             verdict("cubin_download_stall", "disable_trtllm_attention"),
             sigs,
             {},
             {},
-            engine=engines.get("trtllm"),
+            engine=engines.get("madeup"),
         )
+
+
+def test_trtllm_attention_fallback_is_its_fmha_library_list() -> None:
+    """TensorRT-LLM: TLLM_FMHA_LIBS drops FlashInfer's TRTLLM-gen FMHA (fmha/registry.py)."""
+    plan = make_plan(
+        verdict("cubin_download_stall", "disable_trtllm_attention"),
+        load_signatures(),
+        {},
+        {},
+        engine=load_engines().get("trtllm"),
+    )
+    assert plan is not None and plan.args == ()
+    assert dict(plan.env) == {"TLLM_FMHA_LIBS": "-flashinfer_trtllm_gen"}
+    assert "TLLM_FMHA_LIBS=-flashinfer_trtllm_gen" in env_file_text(plan.args, plan.env, ())

@@ -14,6 +14,7 @@ import pytest
 
 from watchdog.config import load_config
 from watchdog.preflight import add_arguments, options_from_args
+from watchdog.remediation.restarters import env_file_text
 from watchdog.sources.facts import trtllm_attention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,11 @@ README_FRAGMENT = ROOT / "docs" / "deployment.md"
 PREFLIGHT_FRAGMENT = ROOT / "docs" / "preflight.md"
 DROP_IN = SYSTEMD / "vllm.service.d" / "10-hang-watchdog.conf"
 # Where the units expect the executables; the test points them at stand-ins it controls.
-EXECUTABLES = {"/usr/local/bin/hang-watchdog": "hang-watchdog", "/opt/vllm/bin/vllm": "vllm"}
+EXECUTABLES = {
+    "/usr/local/bin/hang-watchdog": "hang-watchdog",
+    "/opt/vllm/bin/vllm": "vllm",
+    "/opt/sglang/bin/sglang": "sglang",
+}
 STATE_DIR = "/var/lib/hang-watchdog"
 
 needs_analyze = pytest.mark.skipif(
@@ -87,6 +92,7 @@ def assert_clean(result: subprocess.CompletedProcess[str]) -> None:
 def test_shipped_units_verify_cleanly(tmp_path: Path) -> None:
     staged = stage(tmp_path)
     assert_clean(verify(staged / "hang-watchdog.service", staged / "vllm.service"))
+    assert_clean(verify(staged / "sglang.service"))
 
 
 @needs_analyze
@@ -172,7 +178,7 @@ def test_vllm_unit_runs_preflight_and_applies_fallback_args() -> None:
     assert pre.startswith("/usr/local/bin/hang-watchdog preflight --python ")
     (start,) = values(unit, "ExecStart")
     # $VAR (unbraced, its own word) splits into arguments and disappears when unset.
-    assert re.search(r"(^|\s)\$VLLM_WATCHDOG_ARGS(\s|$)", start), start
+    assert re.search(r"(^|\s)\$HANG_WATCHDOG_FALLBACK_ARGS(\s|$)", start), start
 
 
 def systemd_expand(command: str, env: Mapping[str, str]) -> list[str]:
@@ -199,9 +205,25 @@ def preflight_server_args(unit: Path, env: Mapping[str, str]) -> tuple[str, ...]
     return options_from_args(parser.parse_args(argv[2:])).server_args
 
 
+def environment_file(text: str) -> dict[str, str]:
+    """KEY=VALUE lines as systemd reads an EnvironmentFile= (systemd.exec(5)): `#` comments and
+    blank lines skipped, one pair of surrounding quotes removed."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and not key.startswith("#"):
+            out[key] = value[1:-1] if value[:1] == value[-1:] and value[:1] in "\"'" else value
+    return out
+
+
+def written(args: list[str], fallbacks: list[str]) -> dict[str, str]:
+    """What the systemd restarter's fallback file sets, read back as systemd reads it."""
+    return environment_file(env_file_text(args, {}, fallbacks))
+
+
 # The operator's own arguments, and the fallback the systemd restarter writes for vLLM >= 0.13.
 OPERATOR = {"VLLM_MODEL": "my-model", "VLLM_SERVE_ARGS": "--tensor-parallel-size 8 --port 8000"}
-FALLBACK = {"VLLM_WATCHDOG_ARGS": "--attention-config.use_trtllm_attention=0"}
+FALLBACK = written(["--attention-config.use_trtllm_attention=0"], ["disable_trtllm_attention"])
 
 
 @pytest.mark.parametrize("unit", [SYSTEMD / "vllm.service", DROP_IN], ids=["unit", "drop-in"])
@@ -225,6 +247,20 @@ def test_preflight_gets_exactly_the_arguments_exec_start_gets() -> None:
     # The drop-in's documented ExecStart for the operator's own unit agrees too.
     (example,) = re.findall(r"^#\s+ExecStart=(/\S.*)$", DROP_IN.read_text(), re.MULTILINE)
     assert tuple(systemd_expand(example, env)[3:]) == preflight_server_args(DROP_IN, env)
+
+
+def test_an_old_unit_reading_the_old_name_still_gets_the_fallback() -> None:
+    """A unit not yet updated (`$VLLM_WATCHDOG_ARGS`, the name before HANG_WATCHDOG_FALLBACK_ARGS)
+    gets the same arguments from the file this watchdog writes."""
+    assert FALLBACK["VLLM_WATCHDOG_ARGS"] == FALLBACK["HANG_WATCHDOG_FALLBACK_ARGS"]
+    assert FALLBACK["VLLM_WATCHDOG_FALLBACK"] == FALLBACK["HANG_WATCHDOG_FALLBACKS"]
+    (start,) = values(SYSTEMD / "vllm.service", "ExecStart")
+    old = start.replace("$HANG_WATCHDOG_FALLBACK_ARGS", "$VLLM_WATCHDOG_ARGS")
+    assert old != start
+    env = {**OPERATOR, **FALLBACK}
+    served = systemd_expand(old, env)
+    assert served[-1] == "--attention-config.use_trtllm_attention=0"
+    assert served == systemd_expand(start, env)
 
 
 def test_readme_excerpt_matches_the_shipped_unit() -> None:
@@ -263,3 +299,49 @@ def test_readme_reports_the_current_exposure_score(tmp_path: Path) -> None:
     )
     assert match, result.stdout[-500:]
     assert f"exposure level {match.group(1)}" in README_FRAGMENT.read_text()
+
+
+# --- SGLang: systemd/sglang.service with systemd/sglang-config.toml --------------------------
+SGLANG_UNIT = SYSTEMD / "sglang.service"
+SGLANG_OPERATOR = {"SGLANG_MODEL": "my-model", "SGLANG_SERVE_ARGS": "--tp-size 8 --port 30000"}
+# What the systemd restarter writes for SGLang (the profile's disable_trtllm_attention).
+SGLANG_FALLBACK = written(["--attention-backend", "flashinfer"], ["disable_trtllm_attention"])
+
+
+def test_sglang_config_pairs_with_the_sglang_unit() -> None:
+    cfg = load_config(SYSTEMD / "sglang-config.toml")
+    assert cfg.systemd_unit == cfg.journal_unit == "sglang.service" and cfg.engine == "sglang"
+    assert cfg.restarter == "systemd" and cfg.remediate is False
+    assert cfg.fallback_file == load_config(SYSTEMD / "config.toml").fallback_file
+    assert "-" + str(cfg.fallback_file) in values(SGLANG_UNIT, "EnvironmentFile")
+    assert str(cfg.server_url).endswith(":30000")  # SGLang's default --port
+
+
+def test_sglang_preflight_reads_the_args_as_sglangs() -> None:
+    from watchdog.engines.loader import load_engines
+
+    sglang = load_engines().get("sglang")
+    assert sglang is not None
+    (pre,) = values(SGLANG_UNIT, "ExecStartPre")
+    assert " preflight --engine sglang " in pre, pre
+    with_fallback = preflight_server_args(SGLANG_UNIT, {**SGLANG_OPERATOR, **SGLANG_FALLBACK})
+    assert sglang.trtllm_attention(with_fallback) is False, with_fallback
+    # Without the fallback SGLang picks TRTLLM-gen by itself on SM100/SM103 (None: by the GPU).
+    assert sglang.trtllm_attention(preflight_server_args(SGLANG_UNIT, SGLANG_OPERATOR)) is None
+    assert preflight_server_args(SGLANG_UNIT, {}) == ()
+
+
+def test_sglang_preflight_gets_exactly_the_arguments_exec_start_gets() -> None:
+    env = {**SGLANG_OPERATOR, **SGLANG_FALLBACK}
+    (start,) = values(SGLANG_UNIT, "ExecStart")
+    served = systemd_expand(start, env)
+    assert served[:4] == ["/opt/sglang/bin/sglang", "serve", "--model-path", "my-model"]
+    assert tuple(served[4:]) == preflight_server_args(SGLANG_UNIT, env)
+    assert served[-2:] == ["--attention-backend", "flashinfer"]  # last: SGLang's argparse wins
+
+
+def test_sglang_unit_start_limit_and_restart_match_vllms() -> None:
+    for key, section in (("StartLimitIntervalSec", "Unit"), ("StartLimitBurst", "Unit")):
+        assert values(SGLANG_UNIT, key, section) == values(SYSTEMD / "vllm.service", key, section)
+    assert values(SGLANG_UNIT, "Restart") == ["on-failure"]
+    assert values(SGLANG_UNIT, "Environment") == ["PYTHONUNBUFFERED=1"]

@@ -278,7 +278,7 @@ FEATURES: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
     (
         "demo",
         "watchdog.commands.demo",
-        "simulate a hanging vLLM or SGLang server and watch it caught (no GPU needed)",
+        "simulate a hanging vLLM, SGLang or TensorRT-LLM server, watch it caught (no GPU)",
         [
             ("the FlashInfer cubin-download hang", "hang-watchdog demo"),
             ("a healthy server: no hang must be reported", "hang-watchdog demo --scenario healthy"),

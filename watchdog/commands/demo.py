@@ -21,8 +21,8 @@ from typing import Any
 from watchdog.config import build_config
 from watchdog.outputs.emit import Emitter
 
-ENGINES = ("vllm", "sglang")
-ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang"}
+ENGINES = ("vllm", "sglang", "trtllm")
+ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM (trtllm-serve)"}
 # scenario -> (simulator mode, extra simulator args, expected signature or None for "no hang")
 SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
     "cubin_download_stall": ("bench", [], "cubin_download_stall"),
@@ -76,6 +76,7 @@ class _Sim:
     log_file: Path
     gpu_file: Path
     port: int | None
+    engine: str = "vllm"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,11 +88,14 @@ def run(args: argparse.Namespace) -> int:
     if args.engine == "sglang":
         # The SGLang simulator serves (`sglang serve`); its /health check waits 5 s, not 20.
         mode, extra = "serve", [*extra, "--engine", "sglang", "--health-timeout-s", "5"]
+    elif args.engine == "trtllm":
+        mode, extra = "serve", [*extra, "--engine", "trtllm"]
     from watchdog.sim.cdn import start_cdn
 
     cdn_port, stop_cdn = start_cdn("blackhole")
     say(f"[demo] stand-in kernel CDN (accepts, never answers) on 127.0.0.1:{cdn_port}")
     sim = _start_sim(work, args.scenario, mode, extra, cdn_port)
+    sim.engine = args.engine
     try:
         say(
             f"[demo] simulated {ENGINE_TITLES[args.engine]} ({mode} mode, scenario "
@@ -161,6 +165,9 @@ def _watch(
     }
     if sim.port is not None:
         values["server_url"] = f"http://127.0.0.1:{sim.port}"
+    if sim.engine == "trtllm":
+        # The simulator cannot show `trtllm-serve` in its command line: name the engine.
+        values["engine"] = "trtllm"
     built = build(build_config(values, origin="demo"), emitter=Emitter("text", stream=sys.stdout))
     say("[demo] watchdog attached; state changes follow\n")
 

@@ -51,6 +51,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         "cause_role": ranks.cause_role,
         "waiting_ranks": ranks.waiting_ranks,
         "rank_progress": progress,
+        "engine": _engine_label(window, obs),
     }
     per_rank = describe_progress(progress)
     ranks_ev = _rank_evidence(ranks) + (
@@ -137,6 +138,16 @@ def _stopped(window: Window) -> str | None:
 
 def _engine(obs: Observation) -> str:
     return obs.procs.engine if obs.procs is not None else ""
+
+
+def _engine_label(window: Window, obs: Observation) -> str:
+    """ "sglang 0.5.23": the engine in force and the version the facts source read for it."""
+    name = _engine(obs) or str(window.progress.facts.get("engine") or "")
+    if not name or name == "unknown":
+        return ""
+    facts = window.progress.facts
+    version = facts.get("engine_version") if facts.get("engine") == name else None
+    return f"{name} {version}" if isinstance(version, str) and version else name
 
 
 def _unknown_engine(obs: Observation) -> str:

@@ -236,6 +236,7 @@ class Verdict:
     cause_role: str = ""  # the role of the process that is the cause (also when rankless)
     waiting_ranks: tuple[int, ...] = ()  # ranks waiting on the cause
     rank_progress: tuple[RankProgress, ...] = ()  # each rank's own last progress
+    engine: str = ""  # the engine watched and its version, e.g. "sglang 0.5.23"; "" unknown
 
     @property
     def is_hang(self) -> bool:

@@ -55,7 +55,7 @@ def build(
         logs=logs,
         server=_server(cfg, engine),
         procs=_procs(cfg, supervisor, engine),
-        facts=_facts(cfg),
+        facts=_facts(cfg, engine),
     )
     if sources.procs is not None:
         sources.conns = _conns(cfg)
@@ -179,10 +179,12 @@ def _conns(cfg: Config) -> Any:
     return ConnSource(hosts, Resolver(quiet=quiet))
 
 
-def _facts(cfg: Config) -> Any:
+def _facts(cfg: Config, engine: Any) -> Any:
     from watchdog.sources.facts import FactsSource
+    from watchdog.sources.pyenv import packages_for
 
-    facts = FactsSource()
+    # Operator profiles' distributions are recorded too (--engines FILE).
+    facts = FactsSource(packages=packages_for(engine.engines), engine=engine)
     if cfg.nccl_ras == "off":
         return facts
     from watchdog.sources.nccl_ras import DEFAULT_ADDR, RasClient, RasSource, WithRas

@@ -37,6 +37,8 @@ else:  # pragma: no cover
 SHIPPED = ("vllm", "sglang", "trtllm")
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _TYPES = frozenset({"int", "float", "ratio%"})
+# A distribution name as PEP 508 spells it (packaging's NAME rule).
+_DIST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
 
 
 class EngineError(ValueError):
@@ -128,8 +130,8 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
     where = f"{origin}: engine '{name}'"
     check_keys(
         e,
-        {"name", "title", "version", "version_package", "source", "detect", "role", "metrics",
-         "health", "log", "fallback", "preflight"},
+        {"name", "title", "version", "version_package", "packages", "source", "detect", "role",
+         "metrics", "health", "log", "fallback", "preflight"},
         where,
     )  # fmt: skip
     detect = table(e, "detect", where)
@@ -155,7 +157,8 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
         title=get(e, "title", str, where, name),
         origin=origin,
         version=get(e, "version", str, where, ""),
-        version_package=get(e, "version_package", str, where, ""),
+        version_package=_dist(get(e, "version_package", str, where, ""), where, "version_package"),
+        packages=tuple(_dist(p, where, "packages") for p in strs(e, "packages", where)),
         cmdline=tuple(
             _regex(p, f"{where}: detect: key 'cmdline'") for p in strs(detect, "cmdline", where)
         ),
@@ -183,6 +186,16 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
             for fname, body in table(e, "fallback", where).items()
         },
     )
+
+
+def _dist(value: str, where: str, key: str) -> str:
+    """A distribution name as pip installs it (e.g. 'sglang', 'tensorrt-llm'); '' is none."""
+    if value and not _DIST.match(value):
+        raise EngineError(
+            f"{where}: key '{key}': {value!r} is not a distribution name; use the name pip "
+            "installs, e.g. 'sglang' or 'tensorrt-llm'"
+        )
+    return value
 
 
 def _path(value: str, where: str) -> str:

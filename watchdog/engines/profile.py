@@ -104,6 +104,7 @@ class EngineProfile:
     logs: tuple[LogRule, ...] = ()
     fallbacks: Mapping[str, Spelling] = field(default_factory=dict)
     version_package: str = ""  # distribution whose version decides flag-vs-env spellings
+    packages: tuple[str, ...] = ()  # more of the engine's distributions to record versions of
     # Preflight: the flags that choose the attention backend, the values that are TRTLLM-gen
     # (FlashInfer cubins fetched at first use), and the compute capabilities where the engine
     # picks TRTLLM-gen by itself when no flag says otherwise.
@@ -140,6 +141,12 @@ class EngineProfile:
         if status in self.health:
             return self.health[status]
         return "ok" if 200 <= status < 300 else None
+
+    @property
+    def distributions(self) -> tuple[str, ...]:
+        """The engine's own distributions whose versions facts and bundles record."""
+        names = (self.version_package, *self.packages)
+        return tuple(dict.fromkeys(n for n in names if n))
 
     @property
     def sample_names(self) -> frozenset[str]:

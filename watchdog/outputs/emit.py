@@ -140,6 +140,8 @@ def format_verdict(v: Verdict, *, color: bool = False, remediation: str = "") ->
         why = f"no progress for {v.seconds_since_progress:.0f} s" + (f"; {why}" if why else "")
     if why:
         lines += _wrap("why", why)
+    if v.engine and (v.signature or v.evidence):
+        lines += _wrap("engine", v.engine)
     if v.evidence:
         lines.append(paint("evidence", "head", color))
         lines += [x for e in v.evidence for x in _item(f"[{e.source}] {e.detail}")]

@@ -27,15 +27,18 @@ from watchdog.core.model import GpuSample, Observation, Verdict, to_dict
 from watchdog.core.redact import redact_argv, redact_text, redact_tree, relevant_environ
 from watchdog.core.timeline import write_timeline
 from watchdog.outputs.summary import render_summary
+from watchdog.sources.pyenv import COMMON, PACKAGES
 from watchdog.sources.stacks import CaptureResult
 
 log = logging.getLogger("hang_watchdog.incident")
+# Shown whatever the engine (with the spellings older timelines used).
 VERSION_KEYS = {
-    "vllm": ("vllm",),
     "flashinfer-python": ("flashinfer-python", "flashinfer_python", "flashinfer"),
     "flashinfer-cubin": ("flashinfer-cubin", "flashinfer_cubin"),
     "torch": ("torch",),
 }
+# The shipped engine profiles' own distributions: shown when the server has one installed.
+ENGINE_PACKAGES = tuple(p for p in PACKAGES if p not in COMMON)
 _NAME_RE = re.compile(r"^\d{8}T\d{6}Z-")
 FILE_MODE, DIR_MODE = 0o640, 0o750
 STALE_TMP_S = 3600.0
@@ -67,14 +70,12 @@ def build_environment(
     merged: dict[str, Any] = dict(facts)
     if isinstance(facts.get("versions"), Mapping):
         merged.update(facts["versions"])
-    versions = {
-        key: next((merged[a] for a in aliases if merged.get(a) is not None), None)
-        for key, aliases in VERSION_KEYS.items()
-    }
+    engine = merged.get("engine") if isinstance(merged.get("engine"), str) else None
     env: dict[str, Any] = {
         "gpus": [{"index": g.index, "name": g.name, "cc": g.cc, "uuid": g.uuid} for g in gpus],
         "driver": driver,
-        "versions": versions,
+        "engine": {"name": engine, "version": merged.get("engine_version")} if engine else None,
+        "versions": _versions(merged),
         "facts": redact_tree(dict(facts)),
         "target_pid": target_pid,
         "cmdline": None,
@@ -84,6 +85,17 @@ def build_environment(
     if target_pid is not None:
         _read_target(env, f"{proc_root}/{target_pid}")
     return env
+
+
+def _versions(merged: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine's distributions that are installed, then FlashInfer's and torch's."""
+    names = (*ENGINE_PACKAGES, merged.get("engine_package"))  # an operator profile's too
+    found = {k: merged[k] for k in names if isinstance(k, str) and isinstance(merged.get(k), str)}
+    common = {
+        key: next((merged[a] for a in aliases if merged.get(a) is not None), None)
+        for key, aliases in VERSION_KEYS.items()
+    }
+    return {**found, **common}
 
 
 def _read_target(env: dict[str, Any], base: str) -> None:

@@ -101,9 +101,12 @@ def _env_md(doc: Mapping[str, Any]) -> list[str]:
     env = doc["environment"]
     gpus = ", ".join(f"{g['index']}: {g['name']} (CC {g['cc']})" for g in env.get("gpus", []))
     vers = ", ".join(f"{k} {val}" for k, val in env.get("versions", {}).items())
+    engine = env.get("engine") or {}
+    named = " ".join(str(x) for x in (engine.get("name"), engine.get("version")) if x)
     return [
         "## Environment",
         "",
+        f"- Engine: {named or 'not recognised'}",
         f"- GPUs: {gpus or 'unknown'}; driver {env.get('driver') or 'unknown'}",
         f"- Versions: {vers or 'unknown'}",
         f"- Command line: `{' '.join(env.get('cmdline') or [])}`",

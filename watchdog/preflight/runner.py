@@ -26,7 +26,7 @@ from watchdog.preflight.checks_versions import KnownBadLike
 from watchdog.preflight.report import CheckResult, failed
 from watchdog.sources.facts import trtllm_attention
 from watchdog.sources.gpu import GpuBackend
-from watchdog.sources.pyenv import PACKAGES, PyEnvError, package_versions
+from watchdog.sources.pyenv import COMMON, PyEnvError, package_versions
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def read_versions(
     names more distributions (those known-bad entries name, e.g. nvidia-nccl-cu12)."""
     if python is None:
         return None, "no `python` on PATH"
-    names = tuple(PACKAGES) + tuple(p for p in extra if p not in PACKAGES)
+    names = tuple(dict.fromkeys([*COMMON, *extra]))
     try:
         return package_versions(
             python, env=opts.environ, packages=names, timeout_s=opts.timeout_s
@@ -98,10 +98,10 @@ def run_checks(
     kerr = None
     if known_bad is None:
         known_bad, kerr = load_known_bad()
-    all_versions, verr = read_versions(opts, python, [package, *(kb.package for kb in known_bad)])
-    # The version report shows the usual packages (and the engine's); known-bad entries see
-    # every one read.
-    shown = (*PACKAGES, package) if package not in PACKAGES else tuple(PACKAGES)
+    # The version report shows the engine's own distributions (its profile's) with FlashInfer's
+    # and torch's; known-bad entries see every one read.
+    shown = (*(profile.distributions if profile else (package,)), *COMMON)
+    all_versions, verr = read_versions(opts, python, [*shown, *(kb.package for kb in known_bad)])
     versions = None if all_versions is None else {k: all_versions.get(k) for k in shown}
     results = [
         check_gpus(inv),

@@ -26,8 +26,13 @@ from watchdog.remediation.state import atomic_write
 
 log = logging.getLogger("hang_watchdog.remediation")
 
-ARGS_VARIABLE = "VLLM_WATCHDOG_ARGS"
-FALLBACK_VARIABLE = "VLLM_WATCHDOG_FALLBACK"
+# Engine-neutral names (HANG_WATCHDOG_ARGS is taken: the watchdog's own unit's arguments, in
+# systemd/hang-watchdog.env). The vLLM-era names are written too, with the same value, so a
+# unit or entrypoint that still reads `$VLLM_WATCHDOG_ARGS` keeps working (for one release).
+ARGS_VARIABLE = "HANG_WATCHDOG_FALLBACK_ARGS"
+FALLBACK_VARIABLE = "HANG_WATCHDOG_FALLBACKS"
+OLD_ARGS_VARIABLE = "VLLM_WATCHDOG_ARGS"
+OLD_FALLBACK_VARIABLE = "VLLM_WATCHDOG_FALLBACK"
 
 
 class RestartError(RuntimeError):
@@ -47,10 +52,15 @@ def env_file_text(args: Sequence[str], env: Mapping[str, str], fallbacks: Sequen
 
     Values are checked by plan.check_safe, so they need no quoting in either reader.
     """
+    names, flags = ",".join(fallbacks), " ".join(args)
     lines = [
         "# written by hang-watchdog remediation; `hang-watchdog fallback clear` resets it",
-        f"{FALLBACK_VARIABLE}={','.join(fallbacks)}",
-        f'{ARGS_VARIABLE}="{" ".join(args)}"',
+        f"{FALLBACK_VARIABLE}={names}",
+        f'{ARGS_VARIABLE}="{flags}"',
+        f"# {OLD_ARGS_VARIABLE} and {OLD_FALLBACK_VARIABLE}: the old names, for units not yet "
+        f"updated to ${ARGS_VARIABLE}",
+        f"{OLD_FALLBACK_VARIABLE}={names}",
+        f'{OLD_ARGS_VARIABLE}="{flags}"',
     ]
     lines += [f"{k}={v}" for k, v in sorted(env.items())]
     return "\n".join(lines) + "\n"

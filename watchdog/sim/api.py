@@ -22,6 +22,7 @@ from watchdog.sim.config import SimConfig
 from watchdog.sim.link import EngineLink
 from watchdog.sim.output import Console
 from watchdog.sim.sglang import decode_line, health_failed_line
+from watchdog.sim.trtllm import ROUTES as TRTLLM_ROUTES
 
 PROC = "APIServer"
 COMPLETION_WAIT_S = 600.0  # a hung engine never answers; the client's timeout ends the wait
@@ -103,6 +104,10 @@ class ApiServer:
             from watchdog.sim.sglang import SglangCollector
 
             self.registry.register(SglangCollector(self))
+        elif cfg.engine == "trtllm":
+            from watchdog.sim.trtllm import TrtllmCollector
+
+            self.registry.register(TrtllmCollector(self))
         else:
             self.registry.register(VllmCollector(self))
         handler = type("Handler", (SimHandler,), {"api": self})
@@ -121,6 +126,9 @@ class ApiServer:
         if self.cfg.engine == "sglang":
             self.con.sglang(f"INFO:     {msg}")
             return
+        if self.cfg.engine == "trtllm":  # trtllm-serve runs uvicorn with its own log format
+            self.con.line(f"INFO:     {msg}")
+            return
         self.con.line(f"({PROC} pid={self.pid}) INFO:     {msg}")
 
     def serve(self) -> None:
@@ -136,6 +144,8 @@ class ApiServer:
             # srt/entrypoints/http_server.py _wait_and_warmup, after the warm-up request
             self.con.sglang("The server is fired up and ready to roll!")
             self.sglang_stats_loop()
+        elif self.cfg.engine == "trtllm":
+            threading.Event().wait()  # the executor worker logs its own iterations
         else:
             self.stats_loop()
 
@@ -150,6 +160,8 @@ class ApiServer:
             self.con.sglang(SIGQUIT_LINE)
             self.link.stop()
             os._exit(1)
+        if self.cfg.engine == "trtllm":
+            return  # trtllm-serve stays up; /health answers 503 from now on
         for line in DEAD_TRACE:
             self.log(line, "ERROR", "async_llm.py:480")
 
@@ -279,6 +291,8 @@ class SimHandler(BaseHTTPRequestHandler):
         api = self.api
         if self.path in ("/health", "/health_generate") and api.cfg.engine == "sglang":
             self.send(api.sglang_health(), b"")
+        elif api.cfg.engine == "trtllm" and self.path in TRTLLM_ROUTES:
+            self.send(*TRTLLM_ROUTES[self.path](api))
         elif self.path == "/health":
             self.send(503 if api.link.state.dead else 200, b"")
         elif self.path == "/metrics":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +23,11 @@ SCENARIOS = (
 )
 ROLE_API = "api"
 ROLE_ENGINE = "VLLM::EngineCore"
-ENGINES = ("vllm", "sglang")
+ENGINES = ("vllm", "sglang", "trtllm")
+# trtllm-serve's executor worker: spawned by MpiPoolSession (tensorrt_llm/llmapi/mpi_session.py)
+# through mpi4py's MPIPoolExecutor, whose workers run `python -m mpi4py.futures.server` (mpi4py
+# 4.0.3 futures/_core.py client_spawn); TensorRT-LLM sets no process title.
+ROLE_TRTLLM_WORKER = "mpi4py.futures.server"
 # SGLang's scheduler and detokenizer titles (srt/managers/scheduler.py configure_scheduler_process,
 # srt/managers/detokenizer_manager.py; sglang 0.5.23): no suffix at TP=1.
 ROLE_SGLANG_SCHEDULER = "sglang::scheduler"
@@ -67,12 +72,33 @@ class SimConfig:
     trtllm_disabled: bool = False
     engine: str = "vllm"
     health_timeout_s: float = 20.0
+    hang_detector_s: float = 300.0
     argv: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def engine_role(self) -> str:
-        """The title of the process that steps the batch for this engine."""
-        return ROLE_SGLANG_SCHEDULER if self.engine == "sglang" else ROLE_ENGINE
+        """The title of the process that steps the batch for this engine (SGLang: TP rank 0)."""
+        if self.engine == "sglang":
+            return sglang_scheduler_title(0, self.tp)
+        if self.engine == "trtllm":
+            return ROLE_TRTLLM_WORKER
+        return ROLE_ENGINE
+
+
+def sglang_scheduler_title(rank: int, tp: int) -> str:
+    """`sglang::scheduler` at TP=1, `sglang::scheduler_TP<rank>` at TP>1.
+
+    srt/managers/scheduler.py configure_scheduler_process (sglang 0.5.23): the title is
+    "sglang::scheduler" + the log prefix with spaces as underscores, and the prefix has
+    " TP<rank>" only when tp_size > 1 (no DP/PP/EP here: their sizes are 1).
+    """
+    return ROLE_SGLANG_SCHEDULER + (f"_TP{rank}" if tp > 1 else "")
+
+
+def sglang_rank_of(role: str) -> int | None:
+    """The TP rank in a `sglang::scheduler_TP<n>` title, else None."""
+    match = re.fullmatch(re.escape(ROLE_SGLANG_SCHEDULER) + r"_TP(\d+)", role)
+    return int(match.group(1)) if match else None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,8 +129,8 @@ def _parser() -> argparse.ArgumentParser:
         "--hang-rank",
         type=int,
         default=-1,
-        help="TP>1: this worker rank downloads (cubin_download_stall) or spins (kernel_deadlock) "
-        "while the other ranks wait in all_reduce",
+        help="TP>1: this worker rank (SGLang: scheduler rank) downloads (cubin_download_stall) "
+        "or spins (kernel_deadlock) while the other ranks wait in all_reduce",
     )
     p.add_argument("--cdn-url", help="stand-in cubin CDN base URL (must be loopback)")
     p.add_argument("--cdn-timeout", type=float, default=600.0, help="per-attempt HTTP timeout")
@@ -120,17 +146,26 @@ def _parser() -> argparse.ArgumentParser:
         "--health-timeout-s", type=float, default=20.0,
         help="sglang: seconds /health waits for a generation (SGLANG_HEALTH_CHECK_TIMEOUT)",
     )  # fmt: skip
+    p.add_argument(
+        "--hang-detector-s", type=float, default=300.0,
+        help="trtllm: HangDetector timeout (s) before the executor dumps stacks and kills itself",
+    )  # fmt: skip
     return p
 
 
 def trtllm_disabled(extra: Sequence[str], env: Mapping[str, str]) -> bool:
-    """True when TRTLLM attention is turned off by the vLLM flag or the legacy env var.
+    """True when TRTLLM attention is turned off: vLLM's flag or legacy env var, SGLang's
+    --attention-backend, or TensorRT-LLM's TLLM_FMHA_LIBS without flashinfer_trtllm_gen.
 
     Flag: `--attention-config.use_trtllm_attention=0` (flashinfer #2939); env
     `VLLM_USE_TRTLLM_ATTENTION` (pre-v0.14 name, vLLM PR #26315): anything but 1/true is False.
     """
     if env.get("VLLM_USE_TRTLLM_ATTENTION", "").strip() in FALSE_WORDS:
         return True
+    if env.get("TLLM_FMHA_LIBS", "").strip():
+        from watchdog.sim.trtllm import trtllm_gen_disabled
+
+        return trtllm_gen_disabled(env)  # TensorRT-LLM: fmha/registry.py
     backend = _flag_value(extra, SGLANG_BACKEND_FLAG)
     if backend is not None:
         return backend != "trtllm_mha"
@@ -162,7 +197,9 @@ def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimConfi
         if getattr(ns, name) < low:
             flag = "--" + name.replace("_", "-")
             _parser().error(f"{flag} must be >= {low} (got {getattr(ns, name)})")
-    if ns.engine == "sglang" and (ns.tp > 1 or ns.mode != "serve"):
-        _parser().error("--engine sglang is simulated with --tp 1 in serve mode only")
+    if ns.engine != "vllm" and ns.mode != "serve":
+        _parser().error(f"--engine {ns.engine} is simulated in serve mode only (no bench CLI)")
+    if ns.engine == "trtllm" and ns.tp > 1:
+        _parser().error("--engine trtllm is simulated with --tp 1 only")
     values = {k: v for k, v in vars(ns).items() if k in SimConfig.__dataclass_fields__}
     return SimConfig(**values, trtllm_disabled=trtllm_disabled(extra, env), argv=tuple(argv))

@@ -9,7 +9,6 @@ main thread where a real engine parks: in `download_file` (cubin_download_stall)
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -25,9 +24,10 @@ from watchdog.sim.config import SimConfig
 from watchdog.sim.flashinfer.jit import cubin_loader
 from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.output import Console
+from watchdog.sim.sglang_ranks import RANK_HANGS, SiblingPids, rank_hang, rank_prefix
 from watchdog.sim.startup import Startup
 from watchdog.sim.torch_stub import cuda
-from watchdog.sim.torch_stub.torch.distributed import distributed_c10d
+from watchdog.sim.trtllm_engine import TrtllmHooks
 
 PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
 STEP_S = 0.1
@@ -63,6 +63,10 @@ class Engine:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.gpu: GpuFileWriter | None = None
         self.counters = {"prompt_tokens": 0, "gen_tokens": 0, "iterations": 0, "done": 0}
+        self.trtllm = TrtllmHooks(self) if cfg.engine == "trtllm" else None
+        self.sglang_ranks: SiblingPids | None = None
+        if cfg.engine == "sglang" and cfg.tp > 1:
+            self.sglang_ranks = SiblingPids(cfg)  # the launcher starts the other ranks
 
     def report(self, ev: str, **fields: Any) -> None:
         """One status line to the API/CLI process."""
@@ -90,6 +94,11 @@ class Engine:
             from watchdog.sim.sglang import SglangStartup
 
             SglangStartup(self.cfg, self.con, PROC, workdir).run()
+        elif self.trtllm is not None:
+            from watchdog.sim.trtllm import TrtllmStartup
+
+            TrtllmStartup(self.cfg, self.con, PROC, workdir).run()
+            self.trtllm.started()
         else:
             Startup(self.cfg, self.con, PROC, workdir).run()
         self.report("ready")
@@ -97,6 +106,8 @@ class Engine:
 
     def gpu_pids(self, gpu: int) -> list[int]:
         """Compute processes on a GPU: the worker for its rank with TP>1, else the engine."""
+        if self.sglang_ranks is not None:
+            return self.sglang_ranks(gpu)
         if gpu < len(self.workers):
             return [self.workers[gpu].pid]
         return [self.pid]
@@ -112,6 +123,12 @@ class Engine:
         if scenario == "hang_unless_fallback":
             scenario = "healthy" if self.cfg.trtllm_disabled else "kernel_deadlock"
         running = self.batch_size()
+        if self.sglang_ranks is not None and scenario in RANK_HANGS:
+            # SGLang TP>1: this process is rank 0 itself, no workers to command.
+            self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
+            self.report("step", running=running, waiting=self.total_waiting(running))
+            self.straggle()
+            rank_hang(self.cfg, scenario, 0)
         if scenario == "collective_wait" or (
             scenario in ("kernel_deadlock", "cubin_download_stall") and self.hang_rank_valid()
         ):
@@ -137,7 +154,7 @@ class Engine:
         if self.gpu is None or not self.hang_rank_valid():
             return
         gpu = self.gpu
-        waiting = [r for r in range(len(self.workers)) if r != self.cfg.hang_rank]
+        waiting = [r for r in range(self.ranks()) if r != self.cfg.hang_rank]
         gpu.per_gpu = {r: "busy" for r in waiting}
         timer = threading.Timer(
             STRAGGLE_S, lambda: gpu.per_gpu.update({r: "spin" for r in waiting})
@@ -145,17 +162,25 @@ class Engine:
         timer.daemon = True
         timer.start()
 
+    def ranks(self) -> int:
+        """TP ranks: vLLM's worker children, or SGLang's sibling schedulers (this one is 0)."""
+        return self.cfg.tp if self.sglang_ranks is not None else len(self.workers)
+
     def hang_rank_valid(self) -> bool:
         """--hang-rank names one of this server's worker ranks."""
-        return 0 <= self.cfg.hang_rank < len(self.workers)
+        return 0 <= self.cfg.hang_rank < self.ranks()
 
     def fetch_cubins(self) -> None:
         """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
-        cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
         if self.cfg.engine == "sglang":
-            # srt/utils/common.py configure_logger: flashinfer.jit's logger set to ERROR, so
-            # no `Fetching ...` line ever appears under SGLang.
-            cubin_loader.logger.setLevel(logging.ERROR)
+            from watchdog.sim.sglang_ranks import fetch_cubins
+
+            fetch_cubins(self.cfg)  # FlashInfer's logger at ERROR under SGLang
+            return
+        if self.trtllm is not None:
+            self.trtllm.fetch_cubins()
+            return
+        cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
         for name in CUBINS:
             cubin_loader.get_cubin_callback(name.encode(), b"", timeout=self.cfg.cdn_timeout)
 
@@ -188,6 +213,8 @@ class Engine:
             if cfg.mode == "bench":
                 self.counters["done"] = min(cfg.num_prompts, self.counters["done"] + int(per_step))
             self.report("step", running=running, waiting=self.total_waiting(running))
+            if self.trtllm is not None:
+                self.trtllm.on_step(running, running + self.total_waiting(running))
             if cfg.mode == "bench" and self.counters["done"] >= cfg.num_prompts:
                 self.set_gpu("idle")
                 self.report("finished")
@@ -204,6 +231,8 @@ class Engine:
 
             for line in SCHEDULER_TRACE:
                 self.con.sglang(line)
+        elif self.trtllm is not None:
+            self.trtllm.die()
         else:
             for line in FATAL_TRACE:
                 self.log("ERROR", "core.py:1361", line)
@@ -213,7 +242,7 @@ class Engine:
 
     def spawn_workers(self) -> None:
         """TP>1: one `VLLM::Worker_TPn` child per rank, each fed commands on its stdin."""
-        if self.cfg.tp <= 1:
+        if self.cfg.tp <= 1 or self.cfg.engine == "sglang":
             return
         base = _without_role(self.cfg.argv)
         for rank in range(self.cfg.tp):
@@ -257,55 +286,18 @@ def _without_role(argv: Sequence[str]) -> list[str]:
 
 def run_engine(cfg: SimConfig, console: Console) -> int:
     """Entry point of the EngineCore role."""
-    sysutil.set_title(cfg.engine_role)
+    if cfg.engine != "trtllm":  # TensorRT-LLM sets no process title
+        sysutil.set_title(cfg.engine_role)
     sysutil.die_with_parent()
     status = os.fdopen(cfg.status_fd, "w") if cfg.status_fd >= 0 else None
+    if cfg.engine == "sglang":
+        console.ranks = rank_prefix(cfg, 0)
     engine = Engine(cfg, console, status)
     signal.signal(signal.SIGTERM, engine.shutdown)
     return engine.run()
-
-
-def run_idle_child(title: str) -> int:
-    """A titled child that only lives as long as its parent (SGLang's detokenizer)."""
-    sysutil.set_title(title)
-    sysutil.die_with_parent()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    while True:
-        time.sleep(3600)
 
 
 def collective_rpc() -> None:
     """The engine waits for its workers' replies (vLLM's executor collective_rpc), forever."""
     while True:
         time.sleep(0.05)
-
-
-def run_worker(cfg: SimConfig, title: str) -> int:
-    """Entry point of a `VLLM::Worker_TPn`: idle until told to hang; exits when stdin closes.
-
-    `hang` spins every rank; `SCENARIO RANK` makes RANK the cause (cubin download or spin) and
-    every other rank wait for it in all_reduce, as NCCL ranks wait on a stuck peer.
-    """
-    sysutil.set_title(title)
-    sysutil.die_with_parent()
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    rank = int(title.rsplit("TP", 1)[-1])
-    for line in sys.stdin:
-        words = line.split()
-        if words == ["hang"]:
-            cuda.synchronize()
-        elif len(words) == 2:
-            worker_hang(cfg, words[0], rank == int(words[1]))
-    return 0
-
-
-def worker_hang(cfg: SimConfig, scenario: str, is_cause: bool) -> None:
-    """One worker's part in a rank-level hang."""
-    if not is_cause or scenario == "collective_wait":
-        distributed_c10d.all_reduce([1.0])
-    elif scenario == "kernel_deadlock":
-        cuda.synchronize()
-    else:
-        cubin_loader.configure_logging(sys.stderr, cfg.log_file)
-        for name in CUBINS:
-            cubin_loader.get_cubin_callback(name.encode(), b"", timeout=cfg.cdn_timeout)

@@ -78,6 +78,7 @@ class Console:
         engine: str = "vllm",
     ) -> None:
         self.engine = engine
+        self.ranks = ""  # SGLang's log prefix of this process, e.g. " TP1" (TP>1 schedulers)
         self._out = out
         self._err = err
         self._log_path = log_path
@@ -107,15 +108,25 @@ class Console:
         if self.engine == "sglang":
             self.sglang(msg)
             return
+        if self.engine == "trtllm":
+            self.trtllm(level, msg)
+            return
         stamp = time.strftime("%m-%d %H:%M:%S", time.localtime(self._clock()))
         prefix = f"({proc} pid={pid}) " if proc else ""
         self.line(f"{prefix}{level} {stamp} [{where}] {msg}")
 
-    def sglang(self, msg: str, ranks: str = "") -> None:
+    def sglang(self, msg: str, ranks: str | None = None) -> None:
         """SGLang's line: `[%Y-%m-%d %H:%M:%S{ranks}] msg` (srt/utils/common.py configure_logger;
         the rank prefix, e.g. ` TP0`, only when a parallel size is > 1)."""
         stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self._clock()))
-        self.line(f"[{stamp}{ranks}] {msg}")
+        self.line(f"[{stamp}{self.ranks if ranks is None else ranks}] {msg}")
+
+    def trtllm(self, level: str, msg: str) -> None:
+        """TensorRT-LLM's line: `[%m/%d/%Y-%H:%M:%S] [TRT-LLM] [I] msg` (tensorrt_llm/logger.py
+        Logger.log under logging.basicConfig; the root handler writes to stderr)."""
+        from watchdog.sim.trtllm import log_line
+
+        self.line(log_line(level, msg, self._clock), "err")
 
 
 class Bar:

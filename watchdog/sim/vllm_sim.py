@@ -2,7 +2,10 @@
 
 The top process is the API server (serve) or the `vllm bench throughput` CLI (bench); it spawns
 a `VLLM::EngineCore` child (and `VLLM::Worker_TPn` children with --tp > 1) that does the pretend
-GPU work and hangs the way real engines hang. See docs/demo.md.
+GPU work and hangs the way real engines hang. With `--engine sglang` the launcher's children are
+`sglang::scheduler` (`sglang::scheduler_TP<n>`, one per rank, with --tp > 1) and
+`sglang::detokenizer`; with `--engine trtllm` (trtllm-serve) it is the MPI pool worker
+`mpi4py.futures.server` running the executor. See docs/demo.md.
 """
 
 from __future__ import annotations
@@ -21,14 +24,19 @@ from watchdog.sim.config import (
     ROLE_ENGINE,
     ROLE_SGLANG_DETOKENIZER,
     ROLE_SGLANG_SCHEDULER,
+    ROLE_TRTLLM_WORKER,
     SimConfig,
     parse,
+    sglang_rank_of,
+    sglang_scheduler_title,
 )
-from watchdog.sim.engine import run_engine, run_idle_child, run_worker
+from watchdog.sim.engine import run_engine
 from watchdog.sim.flashinfer.jit.cubin_loader import check_loopback
 from watchdog.sim.gpu_file import GpuFileWriter
 from watchdog.sim.link import EngineLink
 from watchdog.sim.output import Console
+from watchdog.sim.sglang_ranks import run_sglang_rank
+from watchdog.sim.workers import run_idle_child, run_worker
 
 
 def announce_port(cfg: SimConfig, console: Console, port: int) -> None:
@@ -57,6 +65,10 @@ def run_top(cfg: SimConfig, console: Console) -> int:
     signal.signal(signal.SIGINT, stop)
     link.start()
     if cfg.engine == "sglang":
+        # engine.py _launch_subprocesses: the launcher starts one scheduler per TP rank (rank 0
+        # is the engine link's child, the stats-logging rank) and the detokenizer, as siblings.
+        for rank in range(1, cfg.tp):
+            link.spawn_child(sglang_scheduler_title(rank, cfg.tp))
         link.spawn_child(ROLE_SGLANG_DETOKENIZER)
     if api is None:
         code = run_bench(cfg, console, link)
@@ -86,8 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     cfg = parse(args)
     console = Console(sys.stdout, sys.stderr, cfg.log_file, engine=cfg.engine)
-    if cfg.role in (ROLE_ENGINE, ROLE_SGLANG_SCHEDULER):
+    if cfg.role in (ROLE_ENGINE, ROLE_SGLANG_SCHEDULER, ROLE_TRTLLM_WORKER, cfg.engine_role):
         return run_engine(cfg, console)
+    if sglang_rank_of(cfg.role) is not None:
+        return run_sglang_rank(cfg, console, sglang_rank_of(cfg.role) or 0)
     if cfg.role == ROLE_SGLANG_DETOKENIZER:
         return run_idle_child(cfg.role)
     if cfg.role.startswith("VLLM::Worker"):

@@ -17,18 +17,18 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from watchdog.sources import pyenv
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.procenv import read_cmdline, read_environ
 
-VERSION_KEYS: tuple[str, ...] = (
-    "vllm",
-    "flashinfer-python",
-    "flashinfer-cubin",
-    "flashinfer-jit-cache",
-    "torch",
-)
+if TYPE_CHECKING:
+    from watchdog.engines.detect import EngineRef
+
+# The shipped engine profiles' distributions plus FlashInfer and torch; a daemon with operator
+# profiles passes its own list (pyenv.packages_for) to FactsSource.
+VERSION_KEYS: tuple[str, ...] = pyenv.PACKAGES
 # (pid, interpreter path as /proc/PID/exe reads, environment) -> {package: version or None}
 Versions = Callable[[int, str, Mapping[str, str]], Mapping[str, str | None]]
 
@@ -44,15 +44,18 @@ class VersionsUnavailable(RuntimeError):
 
 
 def default_versions(
-    pid: int, python: str, environ: Mapping[str, str], *, proc_root: str = "/proc"
+    pid: int,
+    python: str,
+    environ: Mapping[str, str],
+    *,
+    proc_root: str = "/proc",
+    packages: Sequence[str] = VERSION_KEYS,
 ) -> Mapping[str, str | None]:
     """Read the metadata under /proc/PID/root; ask the interpreter when that finds nothing.
 
     Running `python` resolves the path in the watchdog's own mount namespace, so in a sidecar it
     would report the sidecar's packages (or fail): it is only tried in the same namespace.
     """
-    from watchdog.sources import pyenv
-
     base = Path(proc_root) / str(pid)
     cmdline = read_cmdline(pid, proc_root)
     found = pyenv.versions_under_root(
@@ -62,6 +65,7 @@ def default_versions(
         environ=environ,
         cwd=_readlink(base / "cwd"),
         mapped=_mapped_files(base / "maps"),
+        packages=packages,
     )
     if found is not None and any(found.values()):
         return found
@@ -71,7 +75,7 @@ def default_versions(
             "mount namespace, where its interpreter cannot be run from here"
         )
     try:
-        return pyenv.package_versions(python, env=environ)
+        return pyenv.package_versions(python, env=environ, packages=packages)
     except pyenv.PyEnvError as e:
         if found is not None:
             return found  # the filesystem's answer: none of the packages is installed
@@ -186,12 +190,18 @@ class FactsSource:
         versions: Versions | None = None,
         clock: Callable[[], float] = time.monotonic,
         recheck_s: float = 10.0,
+        packages: Sequence[str] = VERSION_KEYS,
+        engine: EngineRef | None = None,
     ) -> None:
         self.proc_root = proc_root
+        self.packages = tuple(packages)
+        self._engine = engine
         self._recheck_s = recheck_s
         self._next_check = float("-inf")
         self.health = SourceHealth(self.name)
-        self._versions = versions or functools.partial(default_versions, proc_root=proc_root)
+        self._versions = versions or functools.partial(
+            default_versions, proc_root=proc_root, packages=self.packages
+        )
         self._clock = clock
         self._lock = threading.Lock()
         self._pid: int | None = None
@@ -212,13 +222,27 @@ class FactsSource:
         now = self._clock()
         if target_pid == self._pid and now < self._next_check:
             with self._lock:
-                return dict(self._facts)
+                return self._with_engine(dict(self._facts))
         self._next_check = now + self._recheck_s
         environ = read_environ(target_pid, self.proc_root)
         with self._lock:
             if target_pid != self._pid or (environ and environ != self._facts.get("environ")):
                 self._start(target_pid)
-            return dict(self._facts)
+            return self._with_engine(dict(self._facts))
+
+    def _with_engine(self, facts: dict[str, Any]) -> dict[str, Any]:
+        """Add the engine in force and its version (`engine: sglang 0.5.23` in verdicts and
+        bundles), read anew each poll since detection can change after the lookup."""
+        if self._engine is None or self._engine.profile.name == "unknown":
+            return facts
+        profile = self._engine.profile
+        version = facts.get(profile.version_package) if profile.version_package else None
+        return {
+            **facts,
+            "engine": profile.name,
+            "engine_package": profile.version_package or None,
+            "engine_version": version,
+        }
 
     def _start(self, pid: int) -> None:
         """Read the cheap facts now and start the version lookup (lock held)."""
@@ -229,7 +253,7 @@ class FactsSource:
         self._facts = {
             "python": python,
             "cmdline": cmdline,
-            **{key: None for key in VERSION_KEYS},
+            **{key: None for key in self.packages},
             "trtllm_attention": trtllm_attention(cmdline, environ),
             "cubins_repository": environ.get("FLASHINFER_CUBINS_REPOSITORY"),
             "flashinfer_no_download": _no_download(environ),
@@ -260,7 +284,7 @@ class FactsSource:
             return
         with self._lock:
             if self._pid == pid and self._facts.get("environ") == environ:  # still current
-                self._facts.update({key: found.get(key) for key in VERSION_KEYS})
+                self._facts.update({key: found.get(key) for key in self.packages})
 
     def close(self) -> None:
         """Nothing to release: lookup threads are daemons bounded by their own timeout."""

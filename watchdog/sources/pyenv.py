@@ -15,13 +15,29 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-PACKAGES: tuple[str, ...] = (
-    "vllm",
+from watchdog.engines.loader import EngineSet, load_engines
+
+# Read whatever the engine: the hangs the signatures name live in FlashInfer and torch.
+COMMON: tuple[str, ...] = (
     "flashinfer-python",
     "flashinfer-cubin",
     "flashinfer-jit-cache",
     "torch",
 )
+
+
+def packages_for(engines: EngineSet) -> tuple[str, ...]:
+    """Every profile's distributions (operator profiles first), then the common ones; one
+    spelling per project (`tensorrt_llm` and `tensorrt-llm` are one distribution)."""
+    names = [d for profile in engines.profiles for d in profile.distributions]
+    seen: dict[str, str] = {}
+    for name in [*names, *COMMON]:
+        seen.setdefault(re.sub(r"[-_.]+", "-", name).lower(), name)
+    return tuple(seen.values())
+
+
+# The shipped profiles' list: vllm, sglang (and its kernel wheel), tensorrt_llm, then COMMON.
+PACKAGES: tuple[str, ...] = packages_for(load_engines())
 
 # Runs inside the target interpreter. Drops the "" (cwd) entry `-c` puts on sys.path so a stray
 # *.dist-info in the working directory cannot shadow the environment's real packages.
