@@ -28,7 +28,9 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 FLOOR = (
-    "import time, httpx, psutil, pynvml, prometheus_client\n"
+    # The libraries a default `run` loads (httpx only comes with the canary, the smoke test,
+    # dcgm: and fleet queries, all off by default), with nvml's pynvml as deployed.
+    "import time, psutil, pynvml, prometheus_client\n"
     "import watchdog.commands.cli, watchdog.daemon.wiring, watchdog.core.classify\n"
     "prometheus_client.start_http_server(0, addr='127.0.0.1')\n"
     "print('ready', flush=True)\n"

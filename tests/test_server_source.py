@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -9,10 +10,11 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
+from watchdog.sources.httpget import HttpGet
 from watchdog.sources.server import ServerSource, parse_server_metrics
 
 DATA = Path(__file__).parent / "data"
@@ -121,8 +123,11 @@ def test_poll_reads_metrics_and_health(server: FakeVllm) -> None:
 def test_engine_dead_health_503_is_recorded(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, _text("vllm_metrics_serving.txt"))
     server.routes["/health"] = (503, "")
-    with httpx.Client() as client:
+    client = HttpGet(urlsplit(server.url))
+    try:
         s = ServerSource(server.url, client=client).poll()
+    finally:
+        client.close()
     assert s.up and s.health_status == 503
 
 
@@ -254,3 +259,37 @@ def test_page_of_unrelated_series_is_read_fast_and_bounded() -> None:
     from watchdog.sources.server import MAX_SERIES
 
     assert s.prompt_tokens == MAX_SERIES  # series beyond the bound are not summed
+
+
+DEFAULT_RUN = """
+import sys
+from watchdog.config import build_config
+from watchdog.daemon.wiring import build
+cfg = build_config({
+    "pid": int(sys.argv[1]), "server_url": sys.argv[2], "gpu_source": "file:" + sys.argv[3],
+    "cdn_default": False, "metrics_addr": "127.0.0.1:0", "stacks": True,
+})
+built = build(cfg)
+for _ in range(2):
+    built.daemon.tick()
+built.close()
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("httpx", "httpcore", "h11", "anyio")))
+"""
+
+
+def test_the_default_daemon_never_loads_httpx(server: FakeVllm, tmp_path: Path) -> None:
+    # httpx's first request imports httpcore, h11, anyio and more (issue 15: 3 MiB RSS in a
+    # clean venv, 9 MiB here); only the canary, the smoke test, dcgm: and fleet queries use it.
+    import subprocess
+    import sys
+
+    from tests.simfixtures import sim_env
+
+    server.routes["/metrics"] = (200, _text("vllm_metrics_serving.txt"))
+    server.routes["/health"] = (200, "")
+    gpu = tmp_path / "gpu.jsonl"
+    gpu.write_text("")
+    argv = [sys.executable, "-c", DEFAULT_RUN, str(os.getpid()), server.url, str(gpu)]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=sim_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout

@@ -3,6 +3,7 @@ watchdog: each is said once per outage, recovery is said, and the loop keeps tic
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import threading
@@ -87,6 +88,21 @@ class Stub:
                         self.wfile.write(b"#")
                         self.wfile.flush()
                         time.sleep(0.1)
+                elif stub.mode == "oversize":  # past the 32 MiB limit, then cut off by us
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(40 << 20))
+                    self.end_headers()
+                    with contextlib.suppress(OSError):
+                        for _ in range(40):
+                            self.wfile.write(METRICS.encode().ljust(1 << 20, b"#"))
+                elif stub.mode == "busy":  # a 503 with a body
+                    self._send(503, b'{"error":"overloaded, try later"}' * 500)
+                elif stub.mode == "short":  # closes before the promised length
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    self.wfile.write(METRICS.encode())
+                    self.close_connection = True
                 else:
                     self._send(200, METRICS.encode())
 
@@ -143,13 +159,22 @@ def test_a_metrics_endpoint_that_never_answers_is_down_each_outage(
     wd.assert_clean()
 
 
-@pytest.mark.parametrize("mode", ["garbage", "trickle"])
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("garbage", r"not Prometheus text"),
+        ("trickle", r"timed out after 2 s"),
+        ("oversize", r"more than 32 MiB; is this the server's /metrics\?"),
+        ("busy", r"answered HTTP 503"),
+        ("short", r"IncompleteRead"),
+    ],
+)
 def test_a_hostile_metrics_body_marks_the_source_down(
-    tmp_path: Path, stub: Stub, target, mode: str
+    tmp_path: Path, stub: Stub, target, mode: str, why: str
 ) -> None:
     stub.mode = mode
     wd = server_watchdog(tmp_path, stub, target.pid)
-    wd.wait_line(r"source server is down", timeout=20)
+    wd.wait_line(r"source server is down: .*" + why, timeout=20)
     assert wd.get("/healthz")[0] == 200
     wd.stop()
     wd.assert_clean()

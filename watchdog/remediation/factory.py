@@ -9,11 +9,6 @@ from typing import Any
 
 from watchdog.config import Config, ConfigError
 from watchdog.core.signatures import SignatureSet
-from watchdog.remediation.canary import CanaryHook
-from watchdog.remediation.hook import RemediationHook
-from watchdog.remediation.limits import CLEAR_HINT
-from watchdog.remediation.restarters import SuperviseRestarter, make_restarter
-from watchdog.remediation.state import StateError, StateStore
 
 log = logging.getLogger("hang_watchdog.remediation")
 
@@ -37,6 +32,14 @@ def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
     """The hook for `cfg` (None when remediation, dry run and canary are all off)."""
     if not (cfg.remediate or cfg.dry_run or cfg.canary):
         return None
+    # Imported here: the default daemon (all three off) reads incident_dir() from this module
+    # and must not load the hooks, or httpx through the canary and the smoke test.
+    from watchdog.remediation.canary import CanaryHook
+    from watchdog.remediation.hook import RemediationHook
+    from watchdog.remediation.limits import CLEAR_HINT
+    from watchdog.remediation.restarters import SuperviseRestarter, make_restarter
+    from watchdog.remediation.state import StateError, StateStore
+
     canary = None
     if cfg.canary:
         if not cfg.server_url:

@@ -13,17 +13,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from watchdog.core.model import GpuSample
 from watchdog.sources.base import SourceHealth
-from watchdog.sources.dcgm import DcgmSource
 from watchdog.sources.deadline import Worker
 from watchdog.sources.gpu import FabricInfo, GpuBackend, GpuError
 from watchdog.sources.gpufile import GpuFileSource
 from watchdog.sources.nvml import NvmlBackend
+
+if TYPE_CHECKING:  # the dcgm: source (httpx, prometheus_client's parser) loads only when used
+    import httpx
+
+    from watchdog.sources.dcgm import DcgmSource
 
 log = logging.getLogger("hang_watchdog.sources.gpu")
 
@@ -180,7 +182,8 @@ class NullGpuSource:
         return None
 
 
-AnyGpuSource = GpuSource | DcgmSource | GpuFileSource | NullGpuSource
+if TYPE_CHECKING:
+    AnyGpuSource = GpuSource | DcgmSource | GpuFileSource | NullGpuSource
 
 SPEC_HELP = (
     "expected one of: nvml, dcgm:URL (e.g. dcgm:http://127.0.0.1:9400/metrics), "
@@ -201,6 +204,8 @@ def make_gpu_source(
     if spec.strip() == "none":
         return NullGpuSource()
     if kind == "dcgm" and sep and arg.startswith(("http://", "https://")):
+        from watchdog.sources.dcgm import DcgmSource
+
         return DcgmSource(arg, client=http_client)
     if kind == "dcgm":
         raise ValueError(f"--gpu-source {spec!r}: dcgm needs an http(s) URL; {SPEC_HELP}")

@@ -5,21 +5,24 @@ one-token generation that got no answer)."""
 
 from __future__ import annotations
 
+import http.client
 import math
 from collections.abc import Iterable, Mapping
-from urllib.parse import urlsplit
-
-import httpx
+from urllib.parse import SplitResult, urlsplit
 
 from watchdog.core.model import ServerSample
 from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
 from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import SourceHealth
+from watchdog.sources.httpget import BodyTooLarge, HttpGet
 
 # A server's own /metrics is well under a megabyte (a few hundred series, plus histograms); a
 # body this large is something else, and reading it would stall the loop and eat memory.
 MAX_METRICS_BYTES = 32 << 20
+# /health answers an empty body or a short JSON (vllm entrypoints/openai/api_server.py,
+# sglang srt/entrypoints/http_server.py); only its status is read.
+MAX_HEALTH_BYTES = 64 << 10
 # Series summed per sample name; more than this is not one server's page (issue 11.9).
 MAX_SERIES = 4096
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
@@ -107,17 +110,23 @@ def parse_server_metrics(text: str, samples: Iterable[MetricSample] | None = Non
     return parser.close()
 
 
-def _check_base_url(base_url: str) -> str:
+def _check_base_url(base_url: str) -> SplitResult:
     try:
         parts = urlsplit(base_url)
-        ok = parts.scheme in ("http", "https") and bool(parts.netloc) and parts.port != 0
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
     except ValueError:  # e.g. "http://[::1" or a port out of range
         ok = False
     if not ok:
         raise ValueError(
             f"server URL {base_url!r} is not an http(s) URL; give e.g. http://127.0.0.1:8000"
         )
-    return base_url.rstrip("/")
+    return parts
+
+
+def _shown_url(parts: SplitResult) -> str:
+    """The base URL as messages show it: credentials in it are not repeated in logs."""
+    netloc = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{netloc}{parts.path}".rstrip("/")
 
 
 class ServerSource:
@@ -129,18 +138,19 @@ class ServerSource:
         self,
         base_url: str,
         *,
-        client: httpx.Client | None = None,
+        client: HttpGet | None = None,
         timeout_s: float = 2.0,
         engine: EngineRef | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"server scrape timeout must be > 0 seconds, got {timeout_s}")
-        self.base_url = _check_base_url(base_url)
+        parts = _check_base_url(base_url)
+        self.base_url = _shown_url(parts)
         self.timeout_s = timeout_s
         self.engine = engine
         self.health = SourceHealth(self.name)
         self._owns_client = client is None
-        self._client = client if client is not None else httpx.Client(timeout=timeout_s)
+        self._client = client if client is not None else HttpGet(parts)
         self._unknown_samples = shipped_samples()
 
     def _profile(self) -> EngineProfile | None:
@@ -176,25 +186,20 @@ class ServerSource:
         url = f"{self.base_url}{path}"
         parser = MetricsParser(profile.samples if profile is not None else self._unknown_samples)
         try:
-            with self._client.stream("GET", url, timeout=self.timeout_s) as resp:
-                if resp.status_code != 200:
-                    error = f"{url} answered HTTP {resp.status_code}"
-                    return ServerSample(up=False, error=error), True
-                size = 0
-                for chunk in resp.iter_text():
-                    size += len(chunk)
-                    if size > MAX_METRICS_BYTES:
-                        limit = MAX_METRICS_BYTES >> 20
-                        error = f"{url}: more than {limit} MiB; is this the server's /metrics?"
-                        return ServerSample(up=False, error=error), True
-                    parser.feed(chunk)
-                return parser.close(), True
-        except httpx.TimeoutException:
+            status = self._client.get(path, self.timeout_s, MAX_METRICS_BYTES, parser.feed)
+            if status != 200:
+                return ServerSample(up=False, error=f"{url} answered HTTP {status}"), True
+            return parser.close(), True
+        except TimeoutError:
             return ServerSample(
                 up=False, error=f"{url} timed out after {self.timeout_s:g} s"
             ), False
-        except httpx.HTTPError as e:
-            return ServerSample(up=False, error=f"{url}: {type(e).__name__}: {e}"), False
+        except BodyTooLarge:
+            limit = MAX_METRICS_BYTES >> 20
+            error = f"{url}: more than {limit} MiB; is this the server's /metrics?"
+            return ServerSample(up=False, error=error), True
+        except (OSError, http.client.HTTPException) as e:
+            return ServerSample(up=False, error=f"{url}: {_why(e)}"), False
         except ValueError as e:
             return ServerSample(up=False, error=f"{url}: {e}"), True
 
@@ -204,14 +209,21 @@ class ServerSource:
         # means is the profile's (recorded as health_meaning) and judged by classify().
         path = profile.health_path if profile is not None else "/health"
         try:
-            resp = self._client.get(f"{self.base_url}{path}", timeout=self.timeout_s)
-            return resp.status_code, False
-        except httpx.TimeoutException:
+            return self._client.get(path, self.timeout_s, MAX_HEALTH_BYTES), False
+        except TimeoutError:
             return None, True
-        except httpx.HTTPError:
+        except (OSError, http.client.HTTPException, BodyTooLarge):
             return None, False
 
     def close(self) -> None:
         """Close the HTTP client if this source created it."""
         if self._owns_client:
             self._client.close()
+
+
+def _why(exc: BaseException) -> str:
+    """What went wrong, named: `ConnectionRefusedError: [Errno 111] Connection refused`."""
+    detail = str(exc) or "no detail"
+    if isinstance(exc, http.client.BadStatusLine):
+        detail = f"not an HTTP answer (first line {str(exc)[:40]!r}); is this an HTTP port?"
+    return f"{type(exc).__name__}: {detail}"
