@@ -87,6 +87,23 @@ class Rig:
     def text(self) -> str:
         return self.err.read_bytes().decode("utf-8", "replace") if self.err.exists() else ""
 
+    def digest(self) -> str:
+        """The watchdog's log with repeats of one message (timestamp aside) counted, not shown."""
+        out: list[str] = []
+        last, repeats = "", 0
+        for line in self.text().splitlines():
+            body = line.split(" ", 1)[-1]
+            if body == last:
+                repeats += 1
+                continue
+            if repeats:
+                out.append(f"    (x{repeats} more)")
+            out.append(line)
+            last, repeats = body, 0
+        if repeats:
+            out.append(f"    (x{repeats} more)")
+        return "\n".join(out)[-6000:]
+
     def wait_for(self, regex: str, timeout: float) -> re.Match[str]:
         end = time.monotonic() + timeout
         while True:
@@ -94,7 +111,7 @@ class Rig:
             if match:
                 return match
             if time.monotonic() > end or (self.watchdog and self.watchdog.poll() is not None):
-                raise AssertionError(f"no {regex!r}; watchdog tail:\n{self.text()[-4000:]}")
+                raise AssertionError(f"no {regex!r}; watchdog log:\n{self.digest()}")
             time.sleep(0.2)
 
     def argvs(self) -> list[list[str]]:

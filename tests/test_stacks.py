@@ -380,3 +380,41 @@ def test_dumps_begun_before_the_server_moved_on_are_discarded(download_target) -
     assert daemon.attached == [] and hook.episode.capture_started_t is None
     hook.on_tick(Observation(t=13.0, wall=13.0, procs=snap), suspicious, daemon)
     assert hook.episode.capture_started_t == 13.0  # stalled again: fresh dumps
+
+
+def test_a_server_that_keeps_moving_on_is_not_dumped_back_to_back(download_target) -> None:
+    """Slow, not stuck: every capture is overtaken by progress. After the second discard the
+    next capture waits CAPTURE_BACKOFF_S, then twice that: py-spy suspends what it reads, so
+    dumping back to back would slow the server further."""
+    from watchdog.core.model import Observation, ProcSnapshot, Verdict
+    from watchdog.daemon.episodes import CAPTURE_BACKOFF_S, EpisodeHook
+
+    hook = EpisodeHook(capturer=StackCapturer(deadline_s=30.0, second_after_s=-1))
+    me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
+    snap = ProcSnapshot(me.pid, True, (me,))
+    daemon = _DaemonWithWindow()
+    suspicious = Verdict(state="serving", suspicious=True)
+
+    def overtaken(t: float) -> None:
+        """Capture at t; the server moves on while it runs; the result is read at t + 1."""
+        hook.on_tick(Observation(t=t, wall=t, procs=snap), suspicious, daemon)
+        assert hook.episode is not None and hook.episode.capture_started_t == t
+        daemon.window.progress.last_progress_t = t + 0.5
+        deadline = time.monotonic() + 60
+        while hook.capturer.busy() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hook.on_tick(Observation(t=t + 1, wall=t + 1, procs=snap), Verdict(state="serving"), daemon)
+
+    overtaken(10.0)  # first discard: the next tick may capture at once
+    overtaken(12.0)  # second discard at t=13: nothing before 13 + CAPTURE_BACKOFF_S
+    for t in (14.0, 13.0 + CAPTURE_BACKOFF_S - 0.5):
+        hook.on_tick(Observation(t=t, wall=t, procs=snap), suspicious, daemon)
+        assert hook.episode.capture_started_t is None, t
+    overtaken(13.0 + CAPTURE_BACKOFF_S)  # third discard: the wait doubles
+    later = 14.0 + CAPTURE_BACKOFF_S
+    hook.on_tick(Observation(t=later + CAPTURE_BACKOFF_S, wall=0, procs=snap), suspicious, daemon)
+    assert hook.episode.capture_started_t is None
+    at = later + 2 * CAPTURE_BACKOFF_S
+    hook.on_tick(Observation(t=at, wall=at, procs=snap), suspicious, daemon)
+    assert hook.episode.capture_started_t == at
+    assert daemon.attached == []

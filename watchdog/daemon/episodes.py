@@ -18,6 +18,11 @@ log = logging.getLogger("hang_watchdog.episodes")
 
 WRITE_RETRY_S = 15.0  # first retry of a failed bundle write; doubles up to the maximum
 WRITE_RETRY_MAX_S = 300.0
+# A server that keeps moving on while it is dumped (slow, not stuck) must not be dumped back to
+# back: py-spy suspends the process it reads, so the dumps themselves would slow it further.
+# The first discard retries at once; each later one waits twice as long, up to the maximum.
+CAPTURE_BACKOFF_S = 5.0
+CAPTURE_BACKOFF_MAX_S = 60.0
 HEALTHY_STATES = frozenset({"serving", "idle", "loading", "compiling", "starting"})
 
 
@@ -33,6 +38,8 @@ class Episode:
     healthy_ticks: int = 0
     write_failures: int = 0  # failed bundle writes this episode (a full or read-only disk)
     retry_write_t: float | None = None  # no new attempt before this time
+    discarded_captures: int = 0  # captures the server moved on from while they ran
+    capture_not_before: float | None = None  # back-off after repeated discards
 
 
 class EpisodeHook:
@@ -64,7 +71,7 @@ class EpisodeHook:
     def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
         # Stacks collected now reach the window with the next observation: write the incident
         # then, so its verdict carries the stack evidence.
-        fresh_stacks = self._collect_capture(daemon)
+        fresh_stacks = self._collect_capture(daemon, obs.t)
         self._check_capture(obs, daemon)
         troubled = verdict.suspicious or verdict.is_hang or verdict.state == "stalled"
         if obs.procs is not None and obs.procs.restarted:
@@ -99,7 +106,7 @@ class EpisodeHook:
         if not ok:
             log.warning("stack capture will not work for pid %d: %s", pid, why)
 
-    def _collect_capture(self, daemon: Any) -> bool:
+    def _collect_capture(self, daemon: Any, now: float) -> bool:
         if self.capturer is None:
             return False
         result = self.capturer.poll()
@@ -114,8 +121,16 @@ class EpisodeHook:
         if ep is not None and started is not None and moved is not None and moved > started:
             # Dumps begun before the server moved on show a moment it has left: not evidence
             # of this stall. Take new ones if it stalls again.
-            log.info("stack capture discarded: the server made progress while it ran")
             ep.capture_started_t = None
+            ep.discarded_captures += 1
+            wait = 0.0
+            if ep.discarded_captures > 1:
+                wait = CAPTURE_BACKOFF_S * 2 ** (ep.discarded_captures - 2)
+                ep.capture_not_before = now + min(wait, CAPTURE_BACKOFF_MAX_S)
+            log.info(
+                "stack capture discarded: the server made progress while it ran%s",
+                f"; next capture in {min(wait, CAPTURE_BACKOFF_MAX_S):.0f} s" if wait else "",
+            )
             return False
         self.capture = result
         samples = tuple(result.samples)
@@ -129,6 +144,8 @@ class EpisodeHook:
 
     def _maybe_capture(self, obs: Observation, ep: Episode) -> None:
         if self.capturer is None or ep.capture_started_t is not None:
+            return
+        if ep.capture_not_before is not None and obs.t < ep.capture_not_before:
             return
         if obs.procs is None or not obs.procs.alive or not obs.procs.procs:
             return
