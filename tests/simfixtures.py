@@ -7,6 +7,7 @@ Fixtures `sim_factory` and `cdn_factory` wrap both and clean up after each test.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -218,3 +219,25 @@ def cdn_factory() -> Iterator[Callable[[str], int]]:
     yield factory
     for stop in stops:
         stop()
+
+
+def watch_sources(sim: SimHandle) -> list[str]:
+    """The watchdog flags that point it at every source of one simulated server."""
+    return [
+        "--pid", str(sim.pid), "--gpu-source", f"file:{sim.gpu_file}",
+        "--log-file", str(sim.log_file), "--server-url", f"http://127.0.0.1:{sim.port}",
+    ]  # fmt: skip
+
+
+def state_events(stderr: str) -> list[dict[str, Any]]:
+    """The `state` events of a watchdog run with `--log-format json`, in order."""
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("{"):
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("event") == "state":
+                out.append(ev)
+    return out

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests import simfixtures
-from tests.simfixtures import SimHandle, run_watchdog
+from tests.simfixtures import SimHandle, run_watchdog, state_events, watch_sources
 
 sim_factory = simfixtures.sim_factory  # fixtures, used by name
 cdn_factory = simfixtures.cdn_factory
@@ -24,26 +23,6 @@ pytestmark = pytest.mark.slow
 SHORT = ["--stall-after-s", "6", "--suspect-after-s", "3", "--stack-second-after-s", "1"]
 SHORT += ["--gpu-spin-for-s", "4", "--no-cdn-default"]
 SGL = ["--engine", "sglang", "--mode", "serve", "--stats-interval", "1", "--health-timeout-s", "5"]
-
-
-def sources(sim: SimHandle) -> list[str]:
-    return [
-        "--pid", str(sim.pid), "--gpu-source", f"file:{sim.gpu_file}",
-        "--log-file", str(sim.log_file), "--server-url", f"http://127.0.0.1:{sim.port}",
-    ]  # fmt: skip
-
-
-def states(stderr: str) -> list[dict[str, Any]]:
-    out = []
-    for line in stderr.splitlines():
-        if line.startswith("{"):
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if ev.get("event") == "state":
-                out.append(ev)
-    return out
 
 
 def test_sglang_cubin_stall_named_from_stack_and_socket(
@@ -61,7 +40,7 @@ def test_sglang_cubin_stall_named_from_stack_and_socket(
         extra_args=[*SGL, "--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"],
         env={"PYTHONPATH": str(site.parent)},
     )
-    args = [*sources(sim), "--cdn-host", f"127.0.0.1:{cdn}", *SHORT, "--json"]
+    args = [*watch_sources(sim), "--cdn-host", f"127.0.0.1:{cdn}", *SHORT, "--json"]
     # No --until-hang: the socket names the stall first, the py-spy dumps confirm it a tick later.
     done = run_watchdog("diagnose", *args, "--duration", "25", cwd=tmp_path)
     assert done.returncode == 1, f"{done.stdout}\n{done.stderr[-3000:]}"
@@ -80,7 +59,7 @@ def test_sglang_kernel_deadlock_and_roles(
 ) -> None:
     sim = sim_factory("kernel_deadlock", mode="serve", extra_args=[*SGL, "--cc", "10.0"])
     done = run_watchdog(
-        "diagnose", *sources(sim), *SHORT, "--json", "--duration", "60", "--until-hang",
+        "diagnose", *watch_sources(sim), *SHORT, "--json", "--duration", "60", "--until-hang",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 1, f"{done.stdout}\n{done.stderr[-3000:]}"
@@ -96,19 +75,19 @@ def test_sglang_slow_loading_and_idle_are_never_alerted(
         "slow_loading", mode="serve", extra_args=[*SGL, "--shards", "3", "--shard-s", "5"]
     )
     done = run_watchdog(
-        "diagnose", *sources(slow), *SHORT, "--log-format", "json", "--duration", "25",
+        "diagnose", *watch_sources(slow), *SHORT, "--log-format", "json", "--duration", "25",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
-    bad = [s for s in states(done.stderr) if s.get("new") in ("hung", "stalled", "dead")]
+    bad = [s for s in state_events(done.stderr) if s.get("new") in ("hung", "stalled", "dead")]
     assert bad == []
     idle = sim_factory("healthy", mode="serve", extra_args=[*SGL, "--load", "0"])
     done = run_watchdog(
-        "diagnose", *sources(idle), *SHORT, "--log-format", "json", "--duration", "20",
+        "diagnose", *watch_sources(idle), *SHORT, "--log-format", "json", "--duration", "20",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
-    seen = [s.get("new") for s in states(done.stderr)]
+    seen = [s.get("new") for s in state_events(done.stderr)]
     assert "idle" in seen and not {"hung", "stalled", "dead"} & set(seen), seen
 
 

@@ -12,14 +12,13 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import pytest
 
 from tests import simfixtures
-from tests.simfixtures import SimHandle, run_watchdog
+from tests.simfixtures import SimHandle, run_watchdog, state_events, watch_sources
 from watchdog.sim.config import SimConfig
 
 sim_factory = simfixtures.sim_factory  # fixtures, used by name
@@ -33,26 +32,6 @@ TRT = ["--engine", "trtllm", "--mode", "serve"]
 ITER = re.compile(
     r"^\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] \[TRT-LLM\] \[I\] iter = \d+, global_rank = 0"
 )
-
-
-def sources(sim: SimHandle) -> list[str]:
-    return [
-        "--pid", str(sim.pid), "--gpu-source", f"file:{sim.gpu_file}",
-        "--log-file", str(sim.log_file), "--server-url", f"http://127.0.0.1:{sim.port}",
-    ]  # fmt: skip
-
-
-def states(stderr: str) -> list[dict[str, Any]]:
-    out = []
-    for line in stderr.splitlines():
-        if line.startswith("{"):
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if ev.get("event") == "state":
-                out.append(ev)
-    return out
 
 
 def test_trtllm_serves_its_endpoints_and_worker(sim_factory: Callable[..., SimHandle]) -> None:
@@ -80,7 +59,7 @@ def test_trtllm_is_detected_from_its_command_line(
     sim = sim_factory("healthy", mode="serve", extra_args=TRT)
     sim.wait_for_line(ITER.pattern)
     done = run_watchdog(
-        "diagnose", *sources(sim), *SHORT, "--json", "--duration", "6", cwd=tmp_path
+        "diagnose", *watch_sources(sim), *SHORT, "--json", "--duration", "6", cwd=tmp_path
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
     verdict = json.loads(done.stdout)
@@ -98,7 +77,7 @@ def test_trtllm_cubin_stall_named_with_its_fix(
         mode="serve",
         extra_args=[*TRT, "--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"],
     )
-    args = [*sources(sim), "--cdn-host", f"127.0.0.1:{cdn}", *SHORT, "--json"]
+    args = [*watch_sources(sim), "--cdn-host", f"127.0.0.1:{cdn}", *SHORT, "--json"]
     done = run_watchdog("diagnose", *args, "--duration", "25", cwd=tmp_path)
     assert done.returncode == 1, f"{done.stdout}\n{done.stderr[-3000:]}"
     verdict = json.loads(done.stdout)
@@ -118,7 +97,7 @@ def test_trtllm_kernel_spin_is_hung_and_its_hang_detector_is_read(
         "kernel_deadlock", mode="serve", extra_args=[*TRT, "--cc", "9.0", "--hang-detector-s", "12"]
     )
     done = run_watchdog(
-        "diagnose", *sources(sim), *SHORT, "--json", "--duration", "60", "--until-hang",
+        "diagnose", *watch_sources(sim), *SHORT, "--json", "--duration", "60", "--until-hang",
         cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 1, f"{done.stdout}\n{done.stderr[-3000:]}"
@@ -147,11 +126,11 @@ def test_trtllm_slow_loading_healthy_and_idle_never_alerted(
     ):
         sim = sim_factory(scenario, mode="serve", extra_args=[*TRT, *extra])
         done = run_watchdog(
-            "diagnose", *sources(sim), *SHORT, "--log-format", "json", "--duration", duration,
+            "diagnose", *watch_sources(sim), *SHORT, "--log-format", "json", "--duration", duration,
             cwd=tmp_path,
         )  # fmt: skip
         assert done.returncode == 0, f"{scenario}: {done.stdout}\n{done.stderr[-3000:]}"
-        seen = [s.get("new") for s in states(done.stderr)]
+        seen = [s.get("new") for s in state_events(done.stderr)]
         assert not {"hung", "stalled", "dead"} & set(seen), (scenario, extra, seen)
         sim.stop()
 

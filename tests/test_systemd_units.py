@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deploystandins import systemd_expand
 from watchdog.config import load_config
 from watchdog.preflight import add_arguments, options_from_args
 from watchdog.remediation.restarters import env_file_text
@@ -179,20 +179,6 @@ def test_vllm_unit_runs_preflight_and_applies_fallback_args() -> None:
     (start,) = values(unit, "ExecStart")
     # $VAR (unbraced, its own word) splits into arguments and disappears when unset.
     assert re.search(r"(^|\s)\$HANG_WATCHDOG_FALLBACK_ARGS(\s|$)", start), start
-
-
-def systemd_expand(command: str, env: Mapping[str, str]) -> list[str]:
-    """A command line as systemd runs it (systemd.service(5), "Command lines"): split into words
-    first (quotes group), then `$VAR` as a word of its own becomes zero or more arguments split at
-    whitespace, and `${VAR}` inside a word is replaced verbatim (empty when unset)."""
-    argv: list[str] = []
-    for word in shlex.split(command):
-        whole = re.fullmatch(r"\$([A-Za-z_][A-Za-z0-9_]*)", word)
-        if whole:
-            argv += env.get(whole[1], "").split()
-            continue
-        argv.append(re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: env.get(m[1], ""), word))
-    return argv
 
 
 def preflight_server_args(unit: Path, env: Mapping[str, str]) -> tuple[str, ...]:

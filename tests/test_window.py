@@ -165,3 +165,34 @@ def test_log_text_held_stops_growing_with_volume() -> None:
     floor = 2000 * 20 * (OLD_EVENT_CHARS + 48)  # every old line shrunk to its head and tail
     assert max(held) <= (1 << 20) + 20 * 4200 + floor
     assert held[-1] < offered / 10
+
+
+def test_the_old_servers_last_words_after_a_restart_are_not_the_new_ones() -> None:
+    """systemd stopped the old SGLang (its launcher printed SIGQUIT ... one child failed) and
+    the line is read only after the new pid appeared: it precedes the new server's first
+    startup line in the file, so it is dropped; what follows that line is kept."""
+    from watchdog.core.model import LogEvent, ProcSnapshot
+    from watchdog.core.window import RESTART_ECHO_S
+
+    dying = LogEvent(
+        "line", "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
+    )
+    boot = LogEvent("version", "sglang version 0.5.23", fields={"version": "0.5.23"})
+    crash = LogEvent("line", "Scheduler hit an exception: RuntimeError")
+    w = Window()
+    w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True)))
+    w.append(Observation(t=1.0, wall=1.0, procs=ProcSnapshot(200, True), logs=(dying,)))
+    w.append(Observation(t=2.0, wall=2.0, procs=ProcSnapshot(200, True), logs=(dying, boot, crash)))
+    kept = [ev.line for o in w for ev in o.logs]
+    assert kept == [boot.line, crash.line] and w.echo_dropped == 2
+    # No startup line at all: the old server's lines stop being dropped after RESTART_ECHO_S.
+    w = Window()
+    w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True)))
+    w.append(Observation(t=1.0, wall=1.0, procs=ProcSnapshot(200, True), logs=(dying,)))
+    late = 1.0 + RESTART_ECHO_S + 0.5
+    w.append(Observation(t=late, wall=late, procs=ProcSnapshot(200, True), logs=(crash,)))
+    assert [ev.line for o in w for ev in o.logs] == [crash.line]
+    # Without a restart nothing is dropped.
+    w = Window()
+    w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True), logs=(dying,)))
+    assert [ev.line for o in w for ev in o.logs] == [dying.line] and w.echo_dropped == 0

@@ -23,6 +23,13 @@ READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
 MAX_EVENT_CHARS = 4096
 OLD_EVENT_CHARS = 256
 MAX_WINDOW_CHARS = 8 << 20
+# After a restart the old server's last words (its shutdown noise, e.g. SGLang's launcher
+# printing "SIGQUIT received ... one child failed" as systemd stops it) can still be unread in
+# a shared log file when the new pid appears. The file is written in order, so lines before the
+# new server's first startup line are the old server's: they are dropped, for at most
+# RESTART_ECHO_S, and never taken as the new server's crash.
+RESTART_ECHO_S = 10.0
+STARTUP_KINDS = frozenset({"loading", "milestone", "version"})
 
 
 @dataclass
@@ -66,6 +73,8 @@ class Window:
         self.max_chars = max_chars
         self.chars = 0
         self.progress = Progress()
+        self._echo_until: float | None = None  # the old server's lines may still arrive
+        self.echo_dropped = 0  # lines dropped as the old server's after a restart
 
     def __iter__(self) -> Iterator[Observation]:
         return iter(self._obs)
@@ -86,7 +95,7 @@ class Window:
 
     def append(self, obs: Observation) -> None:
         """Add one tick and update the progress facts from it."""
-        obs = _cap_logs(obs, MAX_EVENT_CHARS)
+        obs = self._without_old_server_lines(_cap_logs(obs, MAX_EVENT_CHARS))
         if self._obs.maxlen is not None and len(self._obs) == self._obs.maxlen:
             self._evict()
         self._obs.append(obs)
@@ -109,6 +118,23 @@ class Window:
         if obs.procs is not None and p.phase == "loading":
             self._read_bytes(obs)
         self._update_pending(obs.t)
+
+    def _without_old_server_lines(self, obs: Observation) -> Observation:
+        """Drop, after a restart, the lines logged before the new server's first startup line."""
+        p, before = obs.procs, self.progress.target_pid
+        if p is not None and before is not None and (p.restarted or p.target_pid != before):
+            self._echo_until = obs.t + RESTART_ECHO_S
+        if self._echo_until is None or not obs.logs:
+            return obs
+        if obs.t > self._echo_until:
+            self._echo_until = None
+            return obs
+        first = next((i for i, ev in enumerate(obs.logs) if ev.kind in STARTUP_KINDS), None)
+        if first is not None:
+            self._echo_until = None
+        kept = obs.logs[first:] if first is not None else obs.logs[:0]
+        self.echo_dropped += len(obs.logs) - len(kept)
+        return replace(obs, logs=kept)
 
     def _evict(self) -> None:
         self._obs.popleft()
