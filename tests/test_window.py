@@ -196,3 +196,14 @@ def test_the_old_servers_last_words_after_a_restart_are_not_the_new_ones() -> No
     w = Window()
     w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True), logs=(dying,)))
     assert [ev.line for o in w for ev in o.logs] == [dying.line] and w.echo_dropped == 0
+
+
+def test_a_supervised_childs_own_lines_are_never_taken_for_the_old_servers() -> None:
+    """In supervise mode each server has its own pipe: its crash right after a restart counts."""
+    from watchdog.core.model import LogEvent, ProcSnapshot
+
+    crash = LogEvent("line", "EngineDeadError: EngineCore encountered an issue.", source="child")
+    w = Window()
+    w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True)))
+    w.append(Observation(t=1.0, wall=1.0, procs=ProcSnapshot(200, True), logs=(crash,)))
+    assert [ev.line for o in w for ev in o.logs] == [crash.line] and w.echo_dropped == 0

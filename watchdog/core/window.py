@@ -30,6 +30,7 @@ MAX_WINDOW_CHARS = 8 << 20
 # RESTART_ECHO_S, and never taken as the new server's crash.
 RESTART_ECHO_S = 10.0
 STARTUP_KINDS = frozenset({"loading", "milestone", "version"})
+OWN_PIPE = "child"  # the log source name of supervise mode's child (daemon/supervise.py)
 
 
 @dataclass
@@ -132,7 +133,9 @@ class Window:
         first = next((i for i, ev in enumerate(obs.logs) if ev.kind in STARTUP_KINDS), None)
         if first is not None:
             self._echo_until = None
-        kept = obs.logs[first:] if first is not None else obs.logs[:0]
+        end = len(obs.logs) if first is None else first
+        # A supervised child's output comes on its own pipe ("child"): never the old server's.
+        kept = tuple(ev for i, ev in enumerate(obs.logs) if i >= end or ev.source == OWN_PIPE)
         self.echo_dropped += len(obs.logs) - len(kept)
         return replace(obs, logs=kept)
 
