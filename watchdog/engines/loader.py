@@ -14,7 +14,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from watchdog.core.tomlcheck import SignatureError, array, check_keys, get, str_map, strs, table
+from watchdog.core.tomlcheck import (
+    SignatureError,
+    array,
+    check_keys,
+    get,
+    regex,
+    str_map,
+    strs,
+    table,
+)
 from watchdog.engines.profile import (
     COUNTER_FIELDS,
     GAUGE_FIELDS,
@@ -109,15 +118,6 @@ def parse_profiles(text: str, origin: str) -> list[EngineProfile]:
     return profiles
 
 
-def _regex(p: Any, where: str) -> re.Pattern[str]:
-    if not isinstance(p, str):
-        raise EngineError(f"{where}: expected a regex string, got {p!r}")
-    try:
-        return re.compile(p)
-    except (re.error, OverflowError, RecursionError) as exc:
-        raise EngineError(f"{where}: invalid regex {p!r}: {exc}") from exc
-
-
 def _engine(e: Any, origin: str, i: int) -> EngineProfile:
     if not isinstance(e, dict):
         raise EngineError(f"{origin}: engine[{i}]: expected a table")
@@ -160,10 +160,10 @@ def _engine(e: Any, origin: str, i: int) -> EngineProfile:
         version_package=_dist(get(e, "version_package", str, where, ""), where, "version_package"),
         packages=tuple(_dist(p, where, "packages") for p in strs(e, "packages", where)),
         cmdline=tuple(
-            _regex(p, f"{where}: detect: key 'cmdline'") for p in strs(detect, "cmdline", where)
+            regex(p, f"{where}: detect: key 'cmdline'") for p in strs(detect, "cmdline", where)
         ),
         titles=tuple(
-            _regex(p, f"{where}: detect: key 'titles'") for p in strs(detect, "titles", where)
+            regex(p, f"{where}: detect: key 'titles'") for p in strs(detect, "titles", where)
         ),
         roles=tuple(_role(r, f"{where}: role[{j}]") for j, r in enumerate(array(e, "role", where))),
         metrics_path=_path(get(metrics, "path", str, where, "/metrics"), f"{where}: metrics"),
@@ -215,7 +215,7 @@ def _role(r: Any, where: str) -> RoleRule:
         raise EngineError(
             f"{where}: key 'role': unknown role {role!r}; use one of {', '.join(sorted(ROLES))}"
         )
-    return RoleRule(role=role, title=_regex(r.get("title"), f"{where}: key 'title'"))
+    return RoleRule(role=role, title=regex(r.get("title"), f"{where}: key 'title'"))
 
 
 def _samples(rows: Iterable[Any], where: str) -> tuple[MetricSample, ...]:
@@ -262,7 +262,7 @@ def _answers(value: Any, where: str) -> dict[int, str]:
 def _prefix(p: str, where: str) -> re.Pattern[str]:
     if not p.startswith("^"):
         raise EngineError(f"{where}: a log prefix must be anchored with '^', got {p!r}")
-    return _regex(p, where)
+    return regex(p, where)
 
 
 def _rule(r: Any, engine: str, where: str) -> LogRule:
@@ -277,7 +277,7 @@ def _rule(r: Any, engine: str, where: str) -> LogRule:
     needle = r.get("needle")
     if not isinstance(needle, str) or not needle:
         raise EngineError(f"{where}: key 'needle': expected the literal text the line contains")
-    pattern = _regex(r.get("pattern"), f"{where}: key 'pattern'")
+    pattern = regex(r.get("pattern"), f"{where}: key 'pattern'")
     head = _literal_head(pattern.pattern)
     if not (head.startswith(needle) or needle.startswith(head)):
         raise EngineError(f"{where}: key 'pattern': must start with the needle {needle!r}")
@@ -291,7 +291,7 @@ def _rule(r: Any, engine: str, where: str) -> LogRule:
         xn = x.get("needle")
         if not isinstance(xn, str) or not xn:
             raise EngineError(f"{w}: key 'needle': expected literal text")
-        extras.append(LogExtra(needle=xn, pattern=_regex(x.get("pattern"), f"{w}: key 'pattern'")))
+        extras.append(LogExtra(needle=xn, pattern=regex(x.get("pattern"), f"{w}: key 'pattern'")))
     types = str_map(r, "types", where)
     for group, tp in types.items():
         if tp not in _TYPES:
@@ -302,7 +302,7 @@ def _rule(r: Any, engine: str, where: str) -> LogRule:
         kind=kind,
         needle=needle,
         pattern=pattern,
-        before=_regex(before, f"{where}: key 'before'") if before is not None else None,
+        before=regex(before, f"{where}: key 'before'") if before is not None else None,
         extras=tuple(extras),
         set=dict(const),
         types=types,
