@@ -8,7 +8,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from watchdog.sim.output import Bar, format_loading, format_meter
+from watchdog.sim.output import Bar, format_meter
 from watchdog.sim.startup import CAPTURE_SIZES, Startup
 
 # srt/managers/scheduler.py run_scheduler_process: "Scheduler hit an exception: {traceback}"
@@ -28,20 +28,8 @@ class SglangStartup(Startup):
 
     def run(self) -> None:
         """srt/model_executor/model_runner.py load_model, cuda_graph_setup.py capture."""
-        cfg = self._cfg
         self.log("model_runner.py:1274", "Load weight begin. avail mem=78.12 GB")
-        start = self._clock()
-        per_shard = (
-            cfg.shard_s if cfg.scenario == "slow_loading" else cfg.startup_s * 0.4 / cfg.shards
-        )
-        shard_file = self._make_shard_file() if cfg.scenario == "slow_loading" else None
-        self._con.write(format_loading(0, cfg.shards, 0.0) + "\n", "err")
-        for n in range(1, cfg.shards + 1):
-            if shard_file:
-                self._read_uncached(shard_file)
-            self._sleep(per_shard)
-            self._con.write(format_loading(n, cfg.shards, self._clock() - start) + "\n", "err")
-        took = self._clock() - start
+        took = self.shard_bar()
         self.log(
             "model_runner.py:1373",
             f"Load weight end. elapsed={took:.2f} s, type=LlamaForCausalLM, avail mem=62.10 GB, "

@@ -56,18 +56,7 @@ class Startup:
 
     def load_weights(self) -> None:
         """The safetensors shard bar, then the two loading milestones."""
-        cfg = self._cfg
-        slow = cfg.scenario == "slow_loading"
-        per_shard = cfg.shard_s if slow else cfg.startup_s * 0.4 / cfg.shards
-        shard_file = self._make_shard_file() if slow else None
-        start = self._clock()
-        self._con.write(format_loading(0, cfg.shards, 0.0) + "\n", "err")
-        for n in range(1, cfg.shards + 1):
-            if shard_file:
-                self._read_uncached(shard_file)
-            self._sleep(per_shard)
-            self._con.write(format_loading(n, cfg.shards, self._clock() - start) + "\n", "err")
-        took = self._clock() - start
+        took = self.shard_bar()
         self.log("default_loader.py:267", f"Loading weights took {took:.2f} seconds")
         self.log(
             "gpu_model_runner.py:2602",
@@ -103,6 +92,22 @@ class Startup:
         self.log(
             "gpu_model_runner.py:2196", f"Graph capturing finished in {secs} secs, took 0.84 GiB"
         )
+
+    def shard_bar(self) -> float:
+        """The safetensors shard bar (reading a real file per shard when loading is slow); the
+        seconds it took."""
+        cfg = self._cfg
+        slow = cfg.scenario == "slow_loading"
+        per_shard = cfg.shard_s if slow else cfg.startup_s * 0.4 / cfg.shards
+        shard_file = self._make_shard_file() if slow else None
+        start = self._clock()
+        self._con.write(format_loading(0, cfg.shards, 0.0) + "\n", "err")
+        for n in range(1, cfg.shards + 1):
+            if shard_file:
+                self._read_uncached(shard_file)
+            self._sleep(per_shard)
+            self._con.write(format_loading(n, cfg.shards, self._clock() - start) + "\n", "err")
+        return self._clock() - start
 
     def _make_shard_file(self) -> str:
         path = os.path.join(self._workdir, "model-00001-of-00001.safetensors")
