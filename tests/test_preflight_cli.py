@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from site import getsitepackages
 
 import pytest
 
@@ -200,7 +201,11 @@ def test_pyspy_beside_the_watchdogs_python_passes_off_path(tmp_path: Path) -> No
     tool(venv_bin, "py-spy", "echo 'py-spy 0.4.1'\n")
     empty = tmp_path / "usr-bin"
     empty.mkdir()
-    env = {"PATH": str(empty), "PYTHONPATH": str(REPO), "FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
+    # The link has no pyvenv.cfg beside it, so its Python starts with the base interpreter's
+    # site-packages: hand it this environment's, so that a venv-installed test run (the README's
+    # way) finds psutil and the rest just as a system install does.
+    path = os.pathsep.join([str(REPO), *getsitepackages()])
+    env = {"PATH": str(empty), "PYTHONPATH": path, "FLASHINFER_WORKSPACE_BASE": str(tmp_path)}
     argv = ["--gpu-source", "none", "--python", sys.executable, "--json"]
     proc = subprocess.run(
         [str(venv_bin / "python"), "-c", MAIN, *argv],
