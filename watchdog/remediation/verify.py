@@ -18,6 +18,10 @@ from watchdog.core.model import Observation, Verdict
 
 SMOKE_PROMPT = "Reply with one word: ok"
 UP_STATES = frozenset({"starting", "loading", "compiling", "idle", "serving"})
+# "Ready and idle" counts only once idle has held this long: a restarted server goes idle for a
+# tick between its ready line and its clients' first requests, and a verdict of `recovered` then
+# would be said while the load it has to serve is just arriving.
+IDLE_HOLD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,11 @@ class Verifier:
         *,
         spin_dram: float,
         smoke: SmokeTest | None = None,
+        idle_hold_s: float = IDLE_HOLD_S,
     ) -> None:
         self.started_t, self.recover_within_s = started_t, recover_within_s
+        self.idle_hold_s = idle_hold_s
+        self.idle_since: float | None = None
         self.spin_dram, self.smoke = spin_dram, smoke
         self.progress_times: set[float] = set()
         self.max_dram: float | None = None
@@ -114,7 +121,7 @@ class Verifier:
         if self._smoke_thread is not None:
             return self._smoke_outcome()
         self._note(obs, verdict, progress)
-        basis = self._ready(verdict, progress)
+        basis = self._ready(obs.t, verdict, progress)
         if basis:
             self._basis = basis
             if self.smoke is None:
@@ -132,6 +139,11 @@ class Verifier:
         last = getattr(progress, "last_progress_t", None)
         what = getattr(progress, "last_progress_what", "")
         serving = verdict.state == "serving"
+        ready_idle = verdict.state == "idle" and getattr(progress, "phase", "") == "ready"
+        if not ready_idle:
+            self.idle_since = None
+        elif self.idle_since is None:
+            self.idle_since = obs.t
         if serving and last is not None and last > self.started_t and what != "server restarted":
             self.progress_times.add(last)
         drams = [g.dram for g in obs.gpus if g.dram is not None]
@@ -141,12 +153,13 @@ class Verifier:
     def _dram_ok(self) -> bool:
         return self.max_dram is None or self.max_dram > self.spin_dram
 
-    def _ready(self, verdict: Verdict, progress: Any) -> str:
+    def _ready(self, t: float, verdict: Verdict, progress: Any) -> str:
         if len(self.progress_times) >= 2 and self._dram_ok():
             dram = "" if self.max_dram is None else f", DRAM up to {self.max_dram:.2f}"
             return f"serving: progress advanced {len(self.progress_times)} times{dram}"
-        if verdict.state == "idle" and getattr(progress, "phase", "") == "ready":
-            return "ready and idle (no work pending)"
+        if self.idle_since is not None and t - self.idle_since >= self.idle_hold_s:
+            held = t - self.idle_since
+            return f"ready and idle (no work pending for {held:.0f} s)"
         return ""
 
     def _start_smoke(self) -> None:
