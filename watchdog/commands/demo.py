@@ -22,6 +22,7 @@ from watchdog.config import build_config
 from watchdog.outputs.emit import Emitter
 
 ENGINES = ("vllm", "sglang", "trtllm")
+VLLM_SIM_VERSION = "0.19.0"  # watchdog/engines/profiles/vllm.toml: the formats' release
 ENGINE_TITLES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM (trtllm-serve)"}
 # scenario -> (simulator mode, extra simulator args, expected signature or None for "no hang")
 SCENARIOS: dict[str, tuple[str, list[str], str | None]] = {
@@ -85,7 +86,11 @@ def run(args: argparse.Namespace) -> int:
     )
     work.mkdir(parents=True, exist_ok=True)
     mode, extra, expected = SCENARIOS[args.scenario]
-    if args.engine == "sglang":
+    if args.engine == "vllm":
+        # The simulated server is the vLLM release its formats were read from: the verdict
+        # and the fallback's spelling (flag or variable) then follow that version.
+        extra = _with_version(extra, f"vllm={VLLM_SIM_VERSION}")
+    elif args.engine == "sglang":
         # The SGLang simulator serves (`sglang serve`); its /health check waits 5 s, not 20.
         mode, extra = "serve", [*extra, "--engine", "sglang", "--health-timeout-s", "5"]
     elif args.engine == "trtllm":
@@ -107,6 +112,14 @@ def run(args: argparse.Namespace) -> int:
         _stop(sim.proc)
         stop_cdn()
     return _report(verdict, built, expected, work)
+
+
+def _with_version(extra: list[str], item: str) -> list[str]:
+    """The simulator's arguments with `item` added to its --fake-versions."""
+    if "--fake-versions" not in extra:
+        return [*extra, "--fake-versions", item]
+    i = extra.index("--fake-versions") + 1
+    return [*extra[:i], f"{item},{extra[i]}", *extra[i + 1 :]]
 
 
 def say(text: str) -> None:

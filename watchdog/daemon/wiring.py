@@ -181,10 +181,12 @@ def _conns(cfg: Config) -> Any:
 
 def _facts(cfg: Config, engine: Any) -> Any:
     from watchdog.sources.facts import FactsSource
-    from watchdog.sources.pyenv import packages_for
+    from watchdog.sources.pyenv import modules_for, packages_for
 
     # Operator profiles' distributions are recorded too (--engines FILE).
-    facts = FactsSource(packages=packages_for(engine.engines), engine=engine)
+    facts = FactsSource(
+        packages=packages_for(engine.engines), modules=modules_for(engine.engines), engine=engine
+    )
     if cfg.nccl_ras == "off":
         return facts
     from watchdog.sources.nccl_ras import DEFAULT_ADDR, RasClient, RasSource, WithRas

