@@ -318,3 +318,27 @@ def test_operator_profile_package_is_collected(tmp_path: Path) -> None:
     # Without the operator's list the shipped one has no idea of acme's packages.
     plain = FactsSource(proc_root=str(proc))
     assert "acme-serve" not in _wait(lambda: (f := plain.poll(SIDECAR_PID))["torch"] and f)
+
+
+def test_a_retitled_server_environment_comes_from_the_child_that_keeps_it(tmp_path: Path) -> None:
+    """setproctitle wrote `VLLM::APIServer` over the API server's environment block; its
+    untitled child (multiprocessing's resource tracker) keeps the whole environment."""
+    env = {"FLASHINFER_CUBINS_REPOSITORY": "http://127.0.0.1:9/", "VLLM_CPU_KVCACHE_SPACE": "1"}
+    proc = fake_proc(tmp_path, "/nonexistent/bin/python3", env, "python3")
+    pid_dir = proc / str(SIDECAR_PID)
+    kept = (pid_dir / "environ").read_bytes()
+    (pid_dir / "environ").write_bytes(b"ngine\0")  # the title's leftovers
+    child = proc / "4343"
+    child.mkdir()
+    (child / "environ").write_bytes(kept)
+    (pid_dir / "task" / str(SIDECAR_PID)).mkdir(parents=True)
+    (pid_dir / "task" / str(SIDECAR_PID) / "children").write_text("4343 ")
+    now = [0.0]
+    src = FactsSource(proc_root=str(proc), clock=lambda: now[0], recheck_s=10.0)
+    facts = src.poll(SIDECAR_PID)
+    assert facts["cubins_repository"] == "http://127.0.0.1:9/"
+    assert facts["server_env"] == env
+    # The child gone later, a fragment re-read is no new environment: what was read is kept.
+    (child / "environ").write_bytes(b"")
+    now[0] += 20
+    assert src.poll(SIDECAR_PID)["server_env"] == env

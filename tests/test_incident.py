@@ -260,5 +260,36 @@ def test_environment_reports_what_it_could_not_read(tmp_path: Path) -> None:
     )
     assert env["versions"]["flashinfer-python"] == "0.6.7.post2"
     assert env["cmdline"] is None and env["env"] == {}
-    assert len(env["errors"]) == 2 and "environ" in env["errors"][1]
+    assert len(env["errors"]) == 1 and "the server exited" in env["errors"][0]
     assert json.dumps(env)  # plain JSON
+
+
+def test_an_exited_server_keeps_what_was_read_while_it_ran(tmp_path: Path) -> None:
+    """A dead server's /proc entry is gone by the time its bundle is written: the command
+    line and environment the facts source kept are used, and the bundle says it exited."""
+    facts = {
+        "cmdline": ["python", "-m", "vllm.entrypoints.openai.api_server", "--api-key", "s3cret"],
+        "server_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "FLASHINFER_CUBIN_DIR": "/c"},
+    }
+    env = build_environment(
+        target_pid=999_999_999, gpus=(), facts=facts, driver=None, proc_root=str(tmp_path)
+    )
+    assert env["cmdline"][:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "s3cret" not in json.dumps(env["cmdline"])
+    assert env["env"] == facts["server_env"]
+    assert env["errors"] == [
+        f"{tmp_path}/999999999 is gone: the server exited; command line and environment as "
+        "read while it ran"
+    ]
+
+
+def test_a_retitled_servers_fragments_do_not_replace_the_kept_environment(tmp_path: Path) -> None:
+    proc = tmp_path / "42"
+    proc.mkdir()
+    (proc / "cmdline").write_bytes(b"VLLM::APIServer\0")
+    (proc / "environ").write_bytes(b"ngine_DP0\0VLLM_CPU\0")  # setproctitle's leftovers
+    kept = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    env = build_environment(
+        target_pid=42, gpus=(), facts={"server_env": kept}, driver=None, proc_root=str(tmp_path)
+    )
+    assert env["env"] == kept and env["cmdline"] == ["VLLM::APIServer"] and env["errors"] == []

@@ -23,6 +23,7 @@ from watchdog.commands.logsetup import setup_logging
 from watchdog.commands.watch import cmd_diagnose, cmd_run, config_from_args
 from watchdog.config import ConfigError
 from watchdog.core.signatures import SignatureError, load_signatures
+from watchdog.core.sigtext import fill
 
 __all__ = ["FLAG_NAMES", "NO_FLAG", "build_parser", "config_from_args", "main"]
 
@@ -311,7 +312,7 @@ def cmd_signatures(args: argparse.Namespace) -> int:
         return 0
     sigs = load_signatures(args.signatures)
     for s in sigs.signatures:
-        print(f"{s.id:28s} {s.when:8s} fallback={s.fallback or '-':26s} {s.title}")
+        print(f"{s.id:28s} {s.when:8s} fallback={s.fallback or '-':26s} {fill(s.title, {})}")
     for k in sigs.known_bad:
         print(f"known_bad {k.id:40s} {k.severity:5s} {k.title}")
     return 0

@@ -25,6 +25,7 @@ from watchdog.core.openops import (
     trigger_patterns,
 )
 from watchdog.core.signatures import SignatureSet
+from watchdog.core.sigtext import fill
 from watchdog.sources.linesplit import Block, LineSplitter, count_lines, split_records
 from watchdog.sources.logparse import LogPatterns, clean_line
 from watchdog.sources.logscan import BlockScanner, StackBlocks
@@ -184,7 +185,7 @@ def _print_text(
     for m in matches:
         s = m.signature
         decisive = ", decisive line" if m.decisive else ""
-        print(f"{s.id} (confidence {m.confidence:.2f}{decisive}): {s.title}")
+        print(f"{s.id} (confidence {m.confidence:.2f}{decisive}): {fill(s.title, {})}")
         if m.stall:
             print(f"  stall: {m.stall}")
         for line in m.lines:
@@ -206,7 +207,7 @@ def _print_text(
             print(f"  {op.op.note}")
     if verdict is not None:
         sig = sigs.get(verdict.signature or "")
-        title = sig.title if sig is not None else ""
+        title = fill(sig.title, {}) if sig is not None else ""
         print(f"{verdict.signature} (--stuck: the log ends inside it): {title}")
         print(f"  evidence: {verdict.describe()}")
         if sig is not None:

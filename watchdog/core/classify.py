@@ -16,6 +16,7 @@ from watchdog.core.rankprogress import describe_progress, rank_progress
 from watchdog.core.ranks import Attribution, attribute, describe
 from watchdog.core.redact import redact_argv
 from watchdog.core.signatures import Rule, Signature, SignatureSet
+from watchdog.core.sigtext import fill
 from watchdog.core.window import Window
 
 STALLED_FIX = (
@@ -62,10 +63,11 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         sig, conf, ev = max(matches, key=lambda m: (m[0].priority, m[1]))
         state = ("dead" if ctx.gone else "hung") if sig.state == "crash" else sig.state
         text = sig.text_for(_engine(obs))
+        title = fill(text.title, window.progress.facts)
         return Verdict(
             state=state,
             signature=sig.id,
-            title=text.title,
+            title=title,
             confidence=round(min(conf, 1.0), 3),
             # The GPU figures as context when no GPU rule spoke (a download stall's idle GPU).
             evidence=tuple(ev)
@@ -78,7 +80,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             commands=text.commands,
             references=sig.references,
             fallback=sig.fallback,
-            reason=text.title + _unknown_engine(obs),
+            reason=title + _unknown_engine(obs),
             **common,  # type: ignore[arg-type]
         )
     stopped = None if ctx.gone else _stopped(window)

@@ -83,7 +83,7 @@ def build_environment(
         "errors": [],
     }
     if target_pid is not None:
-        _read_target(env, f"{proc_root}/{target_pid}")
+        _read_target(env, f"{proc_root}/{target_pid}", facts)
     return env
 
 
@@ -98,19 +98,34 @@ def _versions(merged: Mapping[str, Any]) -> dict[str, Any]:
     return {**found, **common}
 
 
-def _read_target(env: dict[str, Any], base: str) -> None:
+def _read_target(env: dict[str, Any], base: str, facts: Mapping[str, Any]) -> None:
+    """The server's command line and environment now, else as the facts source read them
+    while it ran (a dead server's /proc entry is gone; a retitled one's environ is fragments)."""
+    kept_cmd = [str(a) for a in facts.get("cmdline") or []]
+    kept_env = dict(facts.get("server_env") or {})
+    if not Path(base).exists():
+        env["cmdline"] = redact_argv(kept_cmd) or None
+        env["env"] = kept_env
+        env["errors"].append(
+            f"{base} is gone: the server exited; command line and environment as read while it ran"
+        )
+        return
     try:
         raw = Path(base, "cmdline").read_bytes()
-        env["cmdline"] = redact_argv(_split_nul(raw))
+        env["cmdline"] = redact_argv(_split_nul(raw) or kept_cmd)
     except OSError as e:
+        env["cmdline"] = redact_argv(kept_cmd) or None
         env["errors"].append(f"could not read {base}/cmdline: {e.strerror or e}")
     try:
         pairs = (item.partition("=") for item in _split_nul(Path(base, "environ").read_bytes()))
-        env["env"] = relevant_environ({k: v for k, _, v in pairs if k})
+        now = relevant_environ({k: v for k, _, v in pairs if k})
+        env["env"] = now if len(now) >= len(kept_env) else kept_env
     except OSError as e:
-        env["errors"].append(
-            f"could not read {base}/environ: {e.strerror or e} (needs the same user or root)"
-        )
+        env["env"] = kept_env
+        if not kept_env:
+            env["errors"].append(
+                f"could not read {base}/environ: {e.strerror or e} (needs the same user or root)"
+            )
 
 
 def _split_nul(raw: bytes) -> list[str]:

@@ -1,9 +1,12 @@
 """A stand-in for FlashInfer's kernel CDN (`edge.urm.nvidia.com`) on 127.0.0.1.
 
 Modes: `blackhole` accepts connections and never answers (the stalled-download case),
-`serve` answers HEAD/GET with 200 and a small body, `refuse` has nothing listening (it only
-reports a free port). `python -m watchdog.sim.cdn --port 0 --mode blackhole` prints
-`CDN_PORT=<n>`; tests use `start_cdn(mode)` which runs the server in a thread.
+`trickle` answers 200 with a large Content-Length and then one byte a second, so a client's
+read timeout (FlashInfer's requests `timeout=10`, flashinfer/jit/cubin_loader.py
+download_file) never fires and the download never ends, `serve` answers HEAD/GET with 200
+and a small body, `refuse` has nothing listening (it only reports a free port).
+`python -m watchdog.sim.cdn --port 0 --mode blackhole` prints `CDN_PORT=<n>`; tests use
+`start_cdn(mode)`, which runs the server in a thread.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-MODES = ("blackhole", "serve", "refuse")
+MODES = ("blackhole", "trickle", "serve", "refuse")
+TRICKLE_EVERY_S = 1.0
 BODY = b"simulated cubin\n"
 
 
@@ -71,6 +75,42 @@ def _blackhole(port: int) -> tuple[int, Callable[[], None]]:
     return int(srv.getsockname()[1]), stop
 
 
+class _TrickleHandler(BaseHTTPRequestHandler):
+    """200, a Content-Length of 64 MiB, then a byte every TRICKLE_EVERY_S until stopped."""
+
+    stopped: threading.Event
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+        """Quiet: the CDN is not under test."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(64 << 20))
+        self.end_headers()
+        while not self.stopped.wait(TRICKLE_EVERY_S):
+            try:
+                self.wfile.write(b"\0")
+                self.wfile.flush()
+            except OSError:
+                return
+
+
+def _trickle(port: int) -> tuple[int, Callable[[], None]]:
+    stopped = threading.Event()
+    handler = type("Trickle", (_TrickleHandler,), {"stopped": stopped})
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, name="cdn-trickle", daemon=True).start()
+
+    def stop() -> None:
+        stopped.set()
+        httpd.shutdown()
+        httpd.server_close()
+
+    return int(httpd.server_address[1]), stop
+
+
 def _serve(port: int) -> tuple[int, Callable[[], None]]:
     httpd = ThreadingHTTPServer(("127.0.0.1", port), _CubinHandler)
     httpd.daemon_threads = True
@@ -94,6 +134,8 @@ def start_cdn(mode: str, port: int = 0) -> tuple[int, Callable[[], None]]:
     """Start the stand-in CDN in this process; returns (port, stop)."""
     if mode == "blackhole":
         return _blackhole(port)
+    if mode == "trickle":
+        return _trickle(port)
     if mode == "serve":
         return _serve(port)
     if mode == "refuse":

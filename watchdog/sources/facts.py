@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from watchdog.core.redact import relevant_environ
 from watchdog.sources import pyenv
 from watchdog.sources.base import SourceHealth
-from watchdog.sources.procenv import read_cmdline, read_environ
+from watchdog.sources.procenv import read_cmdline, read_server_environ
 
 if TYPE_CHECKING:
     from watchdog.engines.detect import EngineRef
@@ -208,6 +209,7 @@ class FactsSource:
         self._clock = clock
         self._lock = threading.Lock()
         self._pid: int | None = None
+        self._exe: str | None = None
         self._facts: dict[str, Any] = {}
 
     def poll(self, target_pid: int | None) -> dict[str, Any]:
@@ -219,17 +221,23 @@ class FactsSource:
         if target_pid is None:
             self.health.ok()
             return {}
-        # Re-read when the environment changes too: a process that re-execs itself (a launcher
-        # wrapper, `exec` in an entrypoint) keeps its PID but not its environment. That is
-        # rare and slow to matter, so the same PID's environment is looked at every recheck_s.
+        # Re-read when the program or the environment changes too: a process that re-execs
+        # itself (a launcher wrapper, `exec` in an entrypoint) keeps its PID but not its
+        # environment. That is rare and slow to matter, so the same PID is looked at every
+        # recheck_s. An environment with fewer variables than the one kept is no new one: a
+        # process title written over it leaves fragments (procenv.read_server_environ).
         now = self._clock()
         if target_pid == self._pid and now < self._next_check:
             with self._lock:
                 return self._with_engine(dict(self._facts))
         self._next_check = now + self._recheck_s
-        environ = read_environ(target_pid, self.proc_root)
+        exe = _readlink(Path(self.proc_root) / str(target_pid) / "exe")
+        environ = read_server_environ(target_pid, self.proc_root)
         with self._lock:
-            if target_pid != self._pid or (environ and environ != self._facts.get("environ")):
+            kept = self._facts.get("environ") or {}
+            new_env = environ != kept and len(environ) >= len(kept)
+            if target_pid != self._pid or (exe and exe != self._exe) or new_env:
+                self._exe = exe
                 self._start(target_pid)
             return self._with_engine(dict(self._facts))
 
@@ -252,7 +260,7 @@ class FactsSource:
     def _start(self, pid: int) -> None:
         """Read the cheap facts now and start the version lookup (lock held)."""
         self._pid = pid
-        environ = read_environ(pid, self.proc_root)
+        environ = read_server_environ(pid, self.proc_root)
         cmdline = read_cmdline(pid, self.proc_root)
         python = python_of(pid, self.proc_root)
         self._facts = {
@@ -262,6 +270,8 @@ class FactsSource:
             "trtllm_attention": trtllm_attention(cmdline, environ),
             "cubins_repository": environ.get("FLASHINFER_CUBINS_REPOSITORY"),
             "flashinfer_no_download": _no_download(environ),
+            # Kept for the bundle: the process may have exited, or retitled itself, by then.
+            "server_env": relevant_environ(environ),
             "environ": environ,
         }
         if not cmdline:

@@ -30,6 +30,43 @@ def read_environ(pid: int, proc_root: str = "/proc") -> dict[str, str]:
     return env
 
 
+def read_children(pid: int, proc_root: str = "/proc", limit: int = 64) -> list[int]:
+    """The process's descendants, breadth first, from /proc/PID/task/TID/children (at most
+    `limit`); [] when the kernel has no children files or the process is gone."""
+    out: list[int] = []
+    todo = [pid]
+    while todo and len(out) < limit:
+        parent = todo.pop(0)
+        try:
+            tasks = list((Path(proc_root) / str(parent) / "task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except (OSError, ValueError):
+                continue
+            out += kids
+            todo += kids
+    return out[:limit]
+
+
+def read_server_environ(pid: int, proc_root: str = "/proc") -> dict[str, str]:
+    """The server's environment: the fullest of its own and its descendants'.
+
+    setproctitle (vLLM titles its processes `VLLM::EngineCore`, `VLLM::APIServer`) writes a long
+    title over the argv area and the environment block after it, so /proc/PID/environ of a
+    titled process reads as fragments. Children inherit the environment, and the ones that are
+    never titled (multiprocessing's resource tracker) keep it whole.
+    """
+    best = read_environ(pid, proc_root)
+    for child in read_children(pid, proc_root):
+        env = read_environ(child, proc_root)
+        if len(env) > len(best):
+            best = env
+    return best
+
+
 def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str]:
     """The process's argv (after any setproctitle rewrite); [] when unreadable or a zombie."""
     return _split_nul(_read_bytes(pid, "cmdline", proc_root))

