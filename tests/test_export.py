@@ -106,7 +106,7 @@ def test_every_table_metric_is_exposed_with_its_type_and_labels(sink: MetricsSin
 
 def test_values_follow_the_observation_and_verdict(sink: MetricsSink, url: str):
     gpu = GpuSample(1, "GPU-x", sm=0.98, dram=0.02, power_w=512.5)
-    sink.observe(_obs((gpu,), ("cdn.example", "cdn.example", "other")), _hung(), 0.3)
+    sink.observe(_obs((gpu,), ("cdn.example", "cdn.example", "other")), _hung(), 0.3, 2.5)
     got = scrape(url)
     key = (("gpu", "1"), ("uuid", "GPU-x"))
     assert got["hang_watchdog_gpu_sm_utilization_ratio"][1] == {key: 0.98}
@@ -128,6 +128,7 @@ def test_values_follow_the_observation_and_verdict(sink: MetricsSink, url: str):
         (("source", "logs"),): 0.0,
     }
     assert got["hang_watchdog_last_loop_timestamp_seconds"][1] == {(): 1.7e9}
+    assert got["hang_watchdog_loop_lag_seconds"][1] == {(): 2.5}
     assert got["hang_watchdog_build_info"][1] == {(("version", "9.9.9"),): 1.0}
     assert got["hang_watchdog_loop_duration_seconds"][1] == {(): 1.0}
 

@@ -206,3 +206,33 @@ def test_a_tick_too_slow_for_watchdogsec_is_refused(tmp_path: Path, notify: Noti
     assert done.returncode == 2, done.stderr
     assert "key 'tick_s'" in done.stderr and "WatchdogSec=" in done.stderr
     assert not any("READY=1" in m for _, m in notify.messages)
+
+
+def test_the_loop_lag_is_how_late_a_tick_started() -> None:
+    """A tick that starts late (a starved watchdog, a slow tick before it) shows as lag."""
+    import threading
+
+    from watchdog.config import build_config
+    from watchdog.core.model import Verdict
+    from watchdog.core.signatures import load_signatures
+    from watchdog.daemon.loop import Daemon, Sources
+
+    offset = [0.0]
+    clock = lambda: time.monotonic() + offset[0]  # noqa: E731
+    daemon = Daemon(build_config({"tick_s": 0.2}), load_signatures(), Sources(), clock=clock)
+    lags: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> Verdict:
+        lags.append(daemon.stats.last_lag_s)
+        if len(lags) == 2:
+            offset[0] += 1.5  # the second tick takes 1.5 s: the third starts 1.3 s late
+        if len(lags) == 4:
+            stop.set()
+        return Verdict(state="idle")
+
+    daemon.tick = tick  # type: ignore[method-assign]
+    daemon.run(stop=stop)
+    assert lags[0] == 0.0 and lags[1] < 0.1
+    assert 1.2 < lags[2] < 1.45, lags
+    assert lags[3] < 0.1, lags

@@ -263,3 +263,19 @@ def test_replay_bad_stdin_is_a_clear_error_and_exits_2(stdin: bytes, needle: str
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert needle in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def test_replay_json_of_a_log_is_the_object_the_docs_describe(tmp_path: Path) -> None:
+    """docs/evidence-and-incidents.md names the keys of `replay --json LOG`; keep them true."""
+    log = tmp_path / "vllm.log"
+    log.write_text("INFO 12-01 10:00:00 [core.py:1] Initializing a V1 LLM engine (v0.32.0)\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "watchdog", "replay", "--json", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    got = json.loads(proc.stdout)
+    documented = ("matches", "stacks_in_log", "open_operations", "points_to", "stuck")
+    assert isinstance(got, dict) and set(documented) | {"stuck_verdict", "parsed"} <= set(got)

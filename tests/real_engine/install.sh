@@ -10,12 +10,12 @@ venv=$cache/venv
 flashinfer=flashinfer-python==0.7.4
 want=$( (cat "$here/requirements.txt"; echo "$flashinfer") | sha256sum | cut -d' ' -f1)
 stamp=$venv/.hang-watchdog-requirements
-check='import vllm, flashinfer.jit.cubin_loader, transformers, tokenizers'
+check='import vllm, transformers, tokenizers; from flashinfer.jit.attention.modules import gen_trtllm_gen_fmha_module'
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]] && "$venv/bin/python" -c "$check" 2>/dev/null; then
     echo "$venv/bin/python"
     exit 0
 fi
-echo "real-engine tier: installing vLLM's CPU build into $venv (cold: about 30-50 min)" >&2
+echo "real-engine tier: installing vLLM's CPU build into $venv (cold: about 10-15 minutes)" >&2
 rm -rf "$venv"
 mkdir -p "$cache"
 python3 -m venv "$venv"

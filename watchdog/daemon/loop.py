@@ -66,6 +66,9 @@ class LoopStats:
     iterations: int = 0
     last_loop_end: float | None = None
     last_duration_s: float = 0.0
+    # How late the last iteration started against its schedule (tick_s after the previous
+    # start): seconds of CPU starvation or of a slow previous tick.
+    last_lag_s: float = 0.0
     errors: int = 0
 
 
@@ -225,8 +228,11 @@ class Daemon:
         """Tick every `tick_s` until `stop` is set, `until(verdict)` holds or time runs out."""
         stop = stop or threading.Event()
         began = self.clock()
+        due: float | None = None
         while not stop.is_set():
             t0 = self.clock()
+            self.stats.last_lag_s = max(0.0, t0 - due) if due is not None else 0.0
+            due = t0 + self.cfg.tick_s
             try:
                 verdict = self.tick()
             except Exception:  # last resort: log and keep watching

@@ -237,7 +237,7 @@ class _MetricsHook:
     def on_tick(self, obs: Observation, verdict: Any, daemon: Daemon) -> None:
         # The previous iteration's full duration (this one is still running its hooks).
         seconds = daemon.stats.last_duration_s if daemon.stats.iterations else None
-        self.sink.observe(obs, verdict, seconds)
+        self.sink.observe(obs, verdict, seconds, lag_seconds=daemon.stats.last_lag_s)
 
 
 def _episodes(cfg: Config, built: Built) -> None:

@@ -144,9 +144,16 @@ class MetricsSink(Collector):
         }
         self.registry.register(self)
 
-    def observe(self, obs: Observation, verdict: Verdict, loop_seconds: float | None) -> None:
+    def observe(
+        self,
+        obs: Observation,
+        verdict: Verdict,
+        loop_seconds: float | None,
+        lag_seconds: float | None = None,
+    ) -> None:
         """Record one completed loop iteration: replaces every per-loop series."""
         series = _loop_series(obs, verdict, self._wall())
+        series["hang_watchdog_loop_lag_seconds"] = _optional(lag_seconds)
         series.update(fleet_series(obs, verdict, self._fleet))
         signature = verdict.signature if verdict.is_hang else None
         with self._lock:

@@ -137,6 +137,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Wall time of one watchdog loop iteration: sources, classification and every hook.",
     ),
     MetricSpec(
+        "hang_watchdog_loop_lag_seconds",
+        "gauge",
+        (),
+        "How late the last loop iteration started against its tick schedule: a watchdog "
+        "starved of CPU on a busy host (give it CPU priority) or a slow previous iteration.",
+    ),
+    MetricSpec(
         "hang_watchdog_last_loop_timestamp_seconds",
         "gauge",
         (),

@@ -17,10 +17,15 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
 from watchdog.sources.base import SourceHealth
+from watchdog.sources.schedstat import run_queue_wait_s
 
 T = TypeVar("T")
 
 Job = tuple[Callable[[], Any], "Future[Any]"]
+
+
+# Run-queue wait over this share of a missed deadline reads as CPU starvation.
+STARVED_SHARE = 0.5
 
 
 class Worker:
@@ -84,12 +89,15 @@ class DeadlineCall:
                 return late.result()
         if self._worker is None:
             self._worker = Worker(f"{self.name}-poll")
+        waited = run_queue_wait_s()
         fut = self._worker.submit(fn)
         try:
             return fut.result(timeout=self.deadline_s)
         except FutureTimeout:
             self._stuck = fut
-            self._down()
+            after = run_queue_wait_s()
+            starved = None if waited is None or after is None else after - waited
+            self._down(starved)
             return None
 
     def close(self) -> None:
@@ -97,9 +105,17 @@ class DeadlineCall:
             self._worker.stop()
             self._worker = None
 
-    def _down(self) -> None:
-        if self.health is not None:
-            self.health.down(
-                f"{self.name} poll did not return within {self.deadline_s:.1f} s "
-                f"({self.hint}); skipped until it does"
+    def _down(self, starved_s: float | None = None) -> None:
+        if self.health is None:
+            return
+        hint = self.hint
+        if starved_s is not None and starved_s >= STARVED_SHARE * self.deadline_s:
+            hint = (
+                f"the watchdog's threads waited {starved_s:.1f} s for a CPU meanwhile: the host "
+                "is saturated, not the read stuck; give the watchdog CPU priority (systemd "
+                "CPUWeight=/Nice=, a Kubernetes CPU request)"
             )
+        self.health.down(
+            f"{self.name} poll did not return within {self.deadline_s:.1f} s ({hint}); "
+            "skipped until it does"
+        )
