@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from watchdog.core.context import Context, Stall, Thresholds
-from watchdog.core.evidence import EVALUATORS, SOURCE
+from watchdog.core.evidence import EVALUATORS, SOURCE, UNCHANGED
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.rankprogress import describe_progress, rank_progress
@@ -52,6 +52,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         "waiting_ranks": ranks.waiting_ranks,
         "rank_progress": progress,
         "engine": _engine_label(window, obs),
+        "witnesses": stall.witnesses,
     }
     per_rank = describe_progress(progress)
     ranks_ev = _rank_evidence(ranks) + (
@@ -264,21 +265,47 @@ def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | Non
 
 
 def _match(sig: Signature, ctx: Context) -> tuple[Signature, float, list[Evidence]] | None:
-    if sig.when == "stalled" and not ctx.stall.stalled:
+    st = ctx.stall
+    if sig.when == "stalled" and not (st.stalled or st.due):
         return None
     if any(_eval(r, ctx) is not None for r in sig.unless):
         return None
-    found: list[Evidence] = []
+    pairs: list[tuple[Rule, Evidence]] = []
     for rule in sig.evidence:
         ev = _eval(rule, ctx)
         if ev is None and rule.required:
             return None
         if ev is not None:
-            found.append(ev)
+            pairs.append((rule, ev))
+    found = [ev for _, ev in pairs]
     conf = sum(e.weight for e in found)
     if conf + 1e-9 < sig.min_confidence:
         return None
+    stall_matters = sig.when == "stalled" or any(r.kind == "no_progress" for r, _ in pairs)
+    if stall_matters and not st.stalled:
+        # Past stall_after_s but before the blind limit (no GPU figures): only a cause the
+        # evidence proves is named now; the GPU adds nothing to a proof of a download or a wait.
+        proof = _proof(pairs)
+        if proof is None:
+            return None
+        found.append(Evidence("progress", "proof", f"cause proven by {proof}"))
     return sig, conf, found
+
+
+def _proof(pairs: list[tuple[Rule, Evidence]]) -> str | None:
+    """What proves the cause without GPU figures, or None: the engine's own decisive words; a
+    stack rule that holds only on a thread unchanged across two dumps (a collective frame on
+    the waiting ranks); a stack unchanged across two dumps with a matching socket or log line."""
+    for rule, _ in pairs:
+        if rule.kind == "log" and rule.decisive:
+            return f"the server's own words ({rule.label})"
+        if rule.kind == "stack" and rule.unchanged:
+            return f"{rule.label}, unchanged across two dumps"
+    stuck = next((r for r, ev in pairs if r.kind == "stack" and UNCHANGED in ev.detail), None)
+    other = next((r for r, _ in pairs if r.kind in ("cdn_socket", "log")), None)
+    if stuck is not None and other is not None:
+        return f"{stuck.label} (unchanged across two dumps) with {other.label}"
+    return None
 
 
 def _eval(rule: Rule, ctx: Context) -> Evidence | None:

@@ -46,6 +46,10 @@ class Stall:
     suspicious: bool
     busy: bool  # the GPU moves memory: a slow batch, not a hang
     detail: str
+    # stall_after_s reached (not busy), whatever the GPU source: a stall whose cause is proven
+    # is named now; without GPU figures and without proof `stalled` waits for the blind limit.
+    due: bool = False
+    witnesses: tuple[str, ...] = ()  # every witness of the pending work (core/witnesses.py)
 
 
 class Context:
@@ -68,12 +72,15 @@ class Context:
         busy = self._gpu_busy(now - self.th.stall_after_s)
         limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
         detail = f"no progress for {secs:.0f} s with {p.pending_why}"
+        more = p.pending_witnesses[1:]
+        if more:
+            detail += f" (also: {'; '.join(more)})"
         if p.last_progress_what:
             detail += f" (last progress: {p.last_progress_what})"
         stalled = secs >= limit and not busy
-        return Stall(
-            True, secs, stalled, secs >= self.th.suspect_after_s and not busy, busy, detail
-        )
+        suspicious = secs >= self.th.suspect_after_s and not busy
+        due = secs >= self.th.stall_after_s and not busy
+        return Stall(True, secs, stalled, suspicious, busy, detail, due, p.pending_witnesses)
 
     def window_start(self) -> float | None:
         first = next(iter(self.window), None)
