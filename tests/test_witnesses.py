@@ -259,3 +259,50 @@ def test_the_interval_is_learnt_from_the_lines_own_timestamps() -> None:
     assert w.interval_s == 150.0
     assert line_clock("[2026-05-01 23:59:59] x") == 86399.0
     assert line_clock("no time here") is None
+
+
+# --- a hang that ends in a crash keeps its cause --------------------------------------------
+
+GAVE_UP = (
+    "2026-05-01 10:02:11,301 - ERROR - cubin_loader.py:180 - flashinfer.jit: Max retries "
+    "reached. Download failed."
+)
+SCHEDULER_RAISED = (
+    "[2026-05-01 10:02:11] Scheduler hit an exception: Traceback (most recent call last):"
+)
+SIGQUIT = (
+    "[2026-05-01 10:02:11] SIGQUIT received. signum=None, frame=None. It usually means one "
+    "child failed."
+)
+
+
+@pytest.mark.parametrize("case", sorted(GPU_CASES))
+def test_a_download_that_ends_in_a_crash_keeps_its_cause(sigs: SignatureSet, case: str) -> None:
+    tl = Timeline(gpus=GPU_CASES[case], procs=procs())
+    tl.tick(logs=_ev(SGLANG_READY))
+    for i in range(75):  # four tries of 10 s with 5/10/20 s between them
+        tl.tick(
+            conns=(cdn_socket(float(i % 15)),),
+            stacks=(stack(*DOWNLOAD_STACK),) if i >= 9 else (),
+            server=_sglang(None, "not_generating"),
+        )
+    tl.tick(logs=events([GAVE_UP, SCHEDULER_RAISED, SIGQUIT], sigs))
+    tl.ticks(3, procs=procs(alive=False))
+    pairs = verdicts(tl.obs, sigs)
+    named = [v.signature for _, v in pairs if v.is_hang]
+    assert named and set(named) == {"cubin_download_stall"}, sorted(set(named))
+    v = pairs[-1][1]
+    assert (v.state, v.signature, v.fallback) == ("dead", "cubin_download_stall", v.fallback)
+    assert v.fallback == "disable_trtllm_attention"
+    death = [e.detail for e in v.evidence if e.kind == "consequence"]
+    assert death and "sglang_scheduler_crashed" in death[0], v.evidence
+
+
+def test_a_crash_without_a_proven_cause_stays_the_crash(sigs: SignatureSet) -> None:
+    tl = Timeline(gpus=(), procs=procs())
+    tl.tick(logs=_ev(SGLANG_READY))
+    tl.ticks(5, stacks=(stack(*DOWNLOAD_STACK),))  # one witness of a download: no proof
+    tl.tick(logs=events([SCHEDULER_RAISED, SIGQUIT], sigs))
+    tl.ticks(2, procs=procs(alive=False))
+    v = verdicts(tl.obs, sigs)[-1][1]
+    assert v.signature == "sglang_scheduler_crashed"

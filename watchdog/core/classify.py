@@ -62,6 +62,12 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     if matches:
         sig, conf, ev = max(matches, key=lambda m: (m[0].priority, m[1]))
         state = ("dead" if ctx.gone else "hung") if sig.state == "crash" else sig.state
+        if sig.state in DEATHS:
+            # A hang that ends in a crash keeps its cause: the death is its consequence.
+            cause = _cause_of_death(ctx, sigs)
+            if cause is not None:
+                ev = cause[2] + _consequence(sig, ev, _engine(obs))
+                sig, conf = cause[0], cause[1]
         text = sig.text_for(_engine(obs))
         return Verdict(
             state=state,
@@ -264,9 +270,40 @@ def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | Non
     }
 
 
-def _match(sig: Signature, ctx: Context) -> tuple[Signature, float, list[Evidence]] | None:
+DEATHS = frozenset({"crash", "dead"})  # signature states that name a death, not its cause
+
+
+def _cause_of_death(
+    ctx: Context, sigs: SignatureSet
+) -> tuple[Signature, float, list[Evidence]] | None:
+    """The proven cause of a stall the server died in (FlashInfer gave up after its retries and
+    the scheduler raised; a collective timed out and the worker aborted), or None."""
+    found = [
+        m
+        for s in sigs.signatures
+        if s.state not in DEATHS
+        for m in (_match(s, ctx, dying=True),)
+        if m is not None
+    ]
+    return max(found, key=lambda m: (m[0].priority, m[1])) if found else None
+
+
+def _consequence(sig: Signature, ev: list[Evidence], engine: str) -> list[Evidence]:
+    """The death, as consequence lines under the cause."""
+    title = sig.text_for(engine).title
+    lines = [e for e in ev if e.kind != "proof"][:2] or [Evidence("procs", "", "")]
+    return [
+        Evidence(e.source, "consequence", f"then {title} ({sig.id}): {e.detail}".rstrip(": "))
+        for e in lines
+    ]
+
+
+def _match(
+    sig: Signature, ctx: Context, dying: bool = False
+) -> tuple[Signature, float, list[Evidence]] | None:
+    """`dying`: the server died; only a cause proven by evidence from before counts."""
     st = ctx.stall
-    if sig.when == "stalled" and not (st.stalled or st.due):
+    if sig.when == "stalled" and not (st.stalled or st.due or dying):
         return None
     if any(_eval(r, ctx) is not None for r in sig.unless):
         return None
@@ -282,7 +319,7 @@ def _match(sig: Signature, ctx: Context) -> tuple[Signature, float, list[Evidenc
     if conf + 1e-9 < sig.min_confidence:
         return None
     stall_matters = sig.when == "stalled" or any(r.kind == "no_progress" for r, _ in pairs)
-    if stall_matters and not st.stalled:
+    if dying or (stall_matters and not st.stalled):
         # Past stall_after_s but before the blind limit (no GPU figures): only a cause the
         # evidence proves is named now; the GPU adds nothing to a proof of a download or a wait.
         proof = _proof(pairs)

@@ -72,9 +72,6 @@ class Context:
         busy = self._gpu_busy(now - self.th.stall_after_s)
         limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
         detail = f"no progress for {secs:.0f} s with {p.pending_why}"
-        more = p.pending_witnesses[1:]
-        if more:
-            detail += f" (also: {'; '.join(more)})"
         if p.last_progress_what:
             detail += f" (last progress: {p.last_progress_what})"
         stalled = secs >= limit and not busy
