@@ -306,3 +306,20 @@ def test_a_crash_without_a_proven_cause_stays_the_crash(sigs: SignatureSet) -> N
     tl.ticks(2, procs=procs(alive=False))
     v = verdicts(tl.obs, sigs)[-1][1]
     assert v.signature == "sglang_scheduler_crashed"
+
+
+def test_a_spinning_gpu_while_serving_is_a_witness_whatever_the_gauges(
+    sigs: SignatureSet,
+) -> None:
+    # TensorRT-LLM's first batch after warm-up spins in a kernel: its gauges (written after an
+    # iteration) read 0, /health answers 200, no iteration line comes.
+    idle = ServerSample(up=True, health_status=200, iterations=3.0, running=0.0, waiting=0.0)
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs(), server=idle)
+    tl.tick(logs=_ev(SGLANG_READY))
+    tl.ticks(5)
+    onset = tl.now
+    tl.ticks(30, gpus=(gpu(0.99, 0.0),))
+    took, sig = _first_hang_after(tl, onset, sigs)
+    assert (sig, took <= Thresholds().stall_after_s + 1) == ("gpu_kernel_spin", True), took
+    v = verdicts(tl.obs, sigs)[-1][1]
+    assert any("GPU busy without memory traffic" in w for w in v.witnesses)
