@@ -52,6 +52,14 @@ FATAL_TRACE = (
 )
 
 
+# get_cubin returns b"" once download_file gave up (flashinfer/jit/cubin_loader.py v0.6.7), and
+# loading the TRTLLM-gen kernel from it fails; the exception text is the simulator's own.
+DOWNLOAD_FAILED = (
+    "RuntimeError: Failed to load the TRTLLM-gen FMHA cubin: FlashInfer could not download it "
+    "from the kernel CDN"
+)
+
+
 class Engine:
     """One EngineCore: startup, then the scenario's behaviour; reports on `status`."""
 
@@ -94,6 +102,7 @@ class Engine:
             from watchdog.sim.sglang import SglangStartup
 
             SglangStartup(self.cfg, self.con, PROC, workdir).run()
+            self.warm_up()
         elif self.trtllm is not None:
             from watchdog.sim.trtllm import TrtllmStartup
 
@@ -103,6 +112,16 @@ class Engine:
             Startup(self.cfg, self.con, PROC, workdir).run()
         self.report("ready")
         return self.serve_scenario()
+
+    def warm_up(self) -> None:
+        """SGLang's _wait_and_warmup (srt/entrypoints/http_server.py) sends one short generation
+        before `The server is fired up and ready to roll!`; /health answers 503 until then
+        (ServerStatus.Starting). Its batch returns, so the gauges read 0 after it."""
+        time.sleep(STEP_S)
+        self.counters["iterations"] += 1
+        self.counters["prompt_tokens"] += 4
+        self.counters["gen_tokens"] += 1
+        self.report("step", running=0, waiting=0)
 
     def gpu_pids(self, gpu: int) -> list[int]:
         """Compute processes on a GPU: the worker for its rank with TP>1, else the engine."""
@@ -126,25 +145,27 @@ class Engine:
         if self.sglang_ranks is not None and scenario in RANK_HANGS:
             # SGLang TP>1: this process is rank 0 itself, no workers to command.
             self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
-            self.report("step", running=running, waiting=self.total_waiting(running))
+            self.report("batch", running=running, waiting=self.total_waiting(running))
             self.straggle()
             rank_hang(self.cfg, scenario, 0)
         if scenario == "collective_wait" or (
             scenario in ("kernel_deadlock", "cubin_download_stall") and self.hang_rank_valid()
         ):
             self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
-            self.report("step", running=running, waiting=self.total_waiting(running))
+            self.report("batch", running=running, waiting=self.total_waiting(running))
             self.straggle()
             self.tell_workers(f"{scenario} {self.cfg.hang_rank}")
             collective_rpc()
         if scenario in ("kernel_deadlock", "cubin_download_stall"):
             self.set_gpu("spin")
-            self.report("step", running=running, waiting=self.total_waiting(running))
+            # The batch is scheduled, not finished: engines that write their gauges after a
+            # batch (SGLang, TensorRT-LLM) still show the warm-up's 0 (link.py).
+            self.report("batch", running=running, waiting=self.total_waiting(running))
             if scenario == "kernel_deadlock":
                 self.tell_workers("hang")
                 cuda.synchronize()
-            else:
-                self.fetch_cubins()
+            elif not self.fetch_cubins():
+                return self.die(DOWNLOAD_FAILED)
         return self.step_loop(dies=scenario == "engine_dead")
 
     def straggle(self) -> None:
@@ -170,19 +191,20 @@ class Engine:
         """--hang-rank names one of this server's worker ranks."""
         return 0 <= self.cfg.hang_rank < self.ranks()
 
-    def fetch_cubins(self) -> None:
-        """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
+    def fetch_cubins(self) -> bool:
+        """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain.
+        False when FlashInfer gave up (its four tries failed): the kernel cannot be loaded."""
         if self.cfg.engine == "sglang":
             from watchdog.sim.sglang_ranks import fetch_cubins
 
-            fetch_cubins(self.cfg)  # FlashInfer's logger at ERROR under SGLang
-            return
+            return fetch_cubins(self.cfg)  # FlashInfer's logger at ERROR under SGLang
         if self.trtllm is not None:
-            self.trtllm.fetch_cubins()
-            return
+            return self.trtllm.fetch_cubins()
         cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
-        for name in CUBINS:
+        return all(
             cubin_loader.get_cubin_callback(name.encode(), b"", timeout=self.cfg.cdn_timeout)
+            for name in CUBINS
+        )
 
     def batch_size(self) -> int:
         """Requests running in one step."""
@@ -224,17 +246,18 @@ class Engine:
         """Bench: prompts still running (at most one batch)."""
         return min(self.cfg.num_prompts - self.counters["done"], 256)
 
-    def die(self) -> int:
-        """Print the fatal-error lines (e_svd348 / vLLM core.py) and exit like a dead engine."""
+    def die(self, error: str = "") -> int:
+        """Print the fatal-error lines (e_svd348 / vLLM core.py) and exit like a dead engine;
+        `error` replaces the last line's exception (a kernel whose cubin never arrived)."""
         if self.cfg.engine == "sglang":
             from watchdog.sim.sglang import SCHEDULER_TRACE
 
-            for line in SCHEDULER_TRACE:
+            for line in _with_error(SCHEDULER_TRACE, error):
                 self.con.sglang(line)
         elif self.trtllm is not None:
-            self.trtllm.die()
+            self.trtllm.die(error)
         else:
-            for line in FATAL_TRACE:
+            for line in _with_error(FATAL_TRACE, error):
                 self.log("ERROR", "core.py:1361", line)
         self.set_gpu("gone")
         self.report("dead")
@@ -267,6 +290,11 @@ class Engine:
             except subprocess.TimeoutExpired:
                 worker.kill()
         os._exit(0)
+
+
+def _with_error(trace: Sequence[str], error: str) -> list[str]:
+    """A traceback whose last line (the exception) is `error` when one is given."""
+    return [*trace[:-1], error] if error else list(trace)
 
 
 def _without_role(argv: Sequence[str]) -> list[str]:
