@@ -141,6 +141,9 @@ class Engine:
         scenario = self.cfg.scenario
         if scenario == "hang_unless_fallback":
             scenario = "healthy" if self.cfg.trtllm_disabled else "kernel_deadlock"
+        if scenario == "cubin_download_stall" and self.cfg.trtllm_disabled:
+            # The fallback's other attention backend needs no TRTLLM-gen cubins: nothing to fetch.
+            scenario = "healthy"
         running = self.batch_size()
         if self.sglang_ranks is not None and scenario in RANK_HANGS:
             # SGLang TP>1: this process is rank 0 itself, no workers to command.
