@@ -114,7 +114,7 @@ def test_first_batch_kernel_hang_is_a_spin_with_gpu_figures_and_stalled_without(
         assert (done.returncode, verdict["signature"]) == (1, want), verdict
         assert verdict["seconds_since_progress"] <= GOAL_S, verdict
         return
-    states = [e.get("state") for e in state_events(done.stderr)]
+    states = [e.get("new") for e in state_events(done.stderr)]
     assert "stalled" in states, (states, verdict)
     assert not {"hung", "dead"} & set(states), states
 
@@ -142,7 +142,7 @@ def test_a_download_that_ends_in_a_crash_names_the_cause_and_the_death(
     assert verdict["fallback"] == "disable_trtllm_attention"
     death = [e["detail"] for e in verdict["evidence"] if e["kind"] == "consequence"]
     assert death and "sglang_scheduler_crashed" in death[0], verdict["evidence"]
-    named = {e.get("signature") for e in state_events(done.stderr) if e.get("signature")}
+    named = {(e.get("verdict") or {}).get("signature") for e in state_events(done.stderr)} - {None}
     assert named == {"cubin_download_stall"}, named  # never the consequence instead
 
 

@@ -229,6 +229,8 @@ class Engine:
         while True:
             if dies and time.monotonic() - started >= cfg.die_after_s:
                 return self.die()
+            if cfg.mode == "serve" and 0 < cfg.load_s <= time.monotonic() - started:
+                return self.drained()
             running = self.batch_size() if cfg.mode == "serve" else self.remaining_batch()
             self.set_gpu("busy" if running else "idle")
             time.sleep(STEP_S)
@@ -244,6 +246,14 @@ class Engine:
                 self.set_gpu("idle")
                 self.report("finished")
                 return 0
+
+    def drained(self) -> int:
+        """The load is done: one last report with nothing running, then the engine idles
+        without stepping (vLLM's EngineCore busy loop blocks on its input queue when idle)."""
+        self.set_gpu("idle")
+        self.report("step", running=0, waiting=0)
+        while True:
+            time.sleep(1.0)
 
     def remaining_batch(self) -> int:
         """Bench: prompts still running (at most one batch)."""
