@@ -37,3 +37,25 @@ def test_a_drained_server_whose_last_stats_line_shows_running_is_no_alarm(
     states = [e.get("new") for e in state_events(done.stderr)]
     assert "serving" in states and states[-1] == "idle", states
     assert not {"stalled", "hung", "dead"} & set(states), states
+
+
+def test_a_server_silent_for_40_s_that_serves_again_recovered_on_its_own(tmp_path: Path) -> None:
+    """Supervise mode with --remediate: the engine goes silent for 40 s with requests running
+    (the GPU idle, no cause to prove), then serves again. `stalled`, then the episode ends as
+    `recovered_on_its_own`: counted, never restarted."""
+    from tests.test_remediation_e2e import Watchdog
+
+    wd = Watchdog(
+        tmp_path, "healthy", {"vllm": "0.14.0"}, "--remediate", "--log-format", "json",
+        sim_args=("--silence-s", "40"),
+    )  # fmt: skip
+    try:
+        wd.wait_for(r'"new": "stalled"', timeout=60)
+        wd.wait_for(r"episode ended: recovered_on_its_own", timeout=90)
+        assert len(wd.starts()) == 1, wd.starts()  # never restarted
+        assert '"new": "hung"' not in wd.text() and '"event": "remediation"' not in wd.text()
+        metrics = wd.metrics()
+        key = ("hang_watchdog_episodes_total", (("outcome", "recovered_on_its_own"),))
+        assert metrics[key] == 1.0, {k: v for k, v in metrics.items() if "episodes" in k[0]}
+    finally:
+        wd.stop()

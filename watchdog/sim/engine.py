@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import IO, Any
 
 from watchdog.sim import sysutil
@@ -31,6 +32,7 @@ from watchdog.sim.trtllm_engine import TrtllmHooks
 
 PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
 STEP_S = 0.1
+SILENT_AFTER_S = 5.0  # --silence-s: serving this long before the silence
 STRAGGLE_S = 3.0  # how long the waiting ranks of a rank-level hang work on after the cause stops
 # Made-up kernel names under the real v0.6.7 TRTLLM_GEN_FMHA artifact pin (domain.md 1.3).
 FMHA_PATH = "e7afc4134bb53eaab63fb85163d5943fb190621c/fmha/trtllm-gen/"
@@ -231,6 +233,12 @@ class Engine:
                 return self.die()
             if cfg.mode == "serve" and 0 < cfg.load_s <= time.monotonic() - started:
                 return self.drained()
+            if cfg.silence_s > 0 and time.monotonic() - started >= SILENT_AFTER_S:
+                # A long host-side pause that ends by itself (syv-ai/qwen38-27b-rtx3090#107:
+                # 156 engine silences of 20 s to 15.8 min in a day, all recovering).
+                self.set_gpu("idle")
+                time.sleep(cfg.silence_s)
+                cfg = replace(cfg, silence_s=0.0)
             running = self.batch_size() if cfg.mode == "serve" else self.remaining_batch()
             self.set_gpu("busy" if running else "idle")
             time.sleep(STEP_S)
