@@ -3,6 +3,8 @@ and a stall whose cause is proven is named at stall_after_s whatever the GPU sou
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.obsbuilder import (
@@ -296,6 +298,33 @@ def test_a_download_that_ends_in_a_crash_keeps_its_cause(sigs: SignatureSet, cas
     assert v.fallback == "disable_trtllm_attention"
     death = [e.detail for e in v.evidence if e.kind == "consequence"]
     assert death and "sglang_scheduler_crashed" in death[0], v.evidence
+
+
+def test_replay_of_the_recorded_timeline_keeps_the_cause_too(
+    sigs: SignatureSet, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.simfixtures import sim_env
+    from watchdog.core.timeline import write_timeline
+
+    tl = Timeline(gpus=(), procs=procs())
+    tl.tick(logs=_ev(SGLANG_READY))
+    for i in range(30):
+        tl.tick(conns=(cdn_socket(float(i)),), stacks=(stack(*DOWNLOAD_STACK),) if i >= 9 else ())
+    tl.tick(logs=events([GAVE_UP, SCHEDULER_RAISED, SIGQUIT], sigs))
+    tl.ticks(3, procs=procs(alive=False))
+    path = tmp_path / "timeline.jsonl"
+    write_timeline(path, tl.obs)
+    done = subprocess.run(
+        [sys.executable, "-m", "watchdog", "replay", str(path), "--json"],
+        capture_output=True, text=True, timeout=120, env=sim_env(), check=False,
+    )  # fmt: skip
+    v = json.loads(done.stdout)["verdict"]
+    assert (v["state"], v["signature"]) == ("dead", "cubin_download_stall"), v
+    assert any(e["kind"] == "consequence" for e in v["evidence"])
 
 
 def test_a_crash_without_a_proven_cause_stays_the_crash(sigs: SignatureSet) -> None:
