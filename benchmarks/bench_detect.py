@@ -13,7 +13,18 @@ Recovery: `hang-watchdog run --remediate -- vllm_sim --scenario hang_unless_fall
 the first startup's onset to the hang verdict and to the remediation event with outcome
 `recovered` (restarted with the fallback and answering completions again).
 
+Witness sets (--witness-sets): onset -> verdict for each set of witnesses that can prove a cause,
+with GPU figures (file source) and without (--gpu-source none), default thresholds:
+  stack+socket  SGLang's first batch fetches cubins, the watchdog knows the CDN host (a socket)
+  stack only    the same, the CDN host unknown to the watchdog: the stack is the only witness
+  log only      vLLM's download with py-spy off: FlashInfer's own `attempt 1 failed` line
+  GPU only      vLLM's first batch spins in a kernel, py-spy off: only the GPU figures
+Onset: SGLang's `The server is fired up and ready to roll!` (its first batch begins then; FlashInfer
+logs nothing under SGLang), vLLM's `flashinfer.jit: Fetching` or `Application startup complete.`
+The first hung (or, failing that, stalled) state in the watchdog's JSON log is the verdict.
+
 Run: flock /tmp/e2e.lock python3 benchmarks/bench_detect.py [--runs 20] [--short]
+     flock /tmp/e2e.lock python3 benchmarks/bench_detect.py --witness-sets [--runs 1]
 """
 
 from __future__ import annotations
@@ -109,6 +120,86 @@ def one_detection(scenario: str, short: bool, timeout: float) -> float | None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# name -> (engine, scenario, onset line, watchdog flags); "{cdn}" is the stand-in CDN's port
+WITNESS_SETS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "stack+socket": ("sglang", "cubin_download_stall", "fired up and ready to roll",
+                     ("--cdn-host", "127.0.0.1:{cdn}")),
+    "stack only": ("sglang", "cubin_download_stall", "fired up and ready to roll", ()),
+    "log only": ("vllm", "cubin_download_stall", "flashinfer.jit: Fetching", ("--no-stacks",)),
+    "GPU only": ("vllm", "kernel_deadlock", "Application startup complete.", ("--no-stacks",)),
+}  # fmt: skip
+
+
+def one_witness_set(name: str, gpu: bool, timeout: float) -> tuple[float | None, str]:
+    """(onset -> first hung verdict, or first stalled when none came; what it was)."""
+    engine, scenario, onset_line, flags = WITNESS_SETS[name]
+    work = Path(tempfile.mkdtemp(prefix="bench-witness-"))
+    cdn_port, stop_cdn = start_cdn("blackhole")
+    sim_argv = [sys.executable, "-m", "watchdog.sim.vllm_sim", "--scenario", scenario,
+                "--mode", "serve", "--startup-s", "1", "--workdir", str(work), "--engine", engine,
+                "--gpu-file", str(work / "gpu.jsonl"), "--log-file", str(work / "sim.log"),
+                "--port-file", str(work / "port"), "--cc", "10.0", "--cdn-timeout", "10",
+                "--cdn-url", f"http://127.0.0.1:{cdn_port}/artifactory/"]  # fmt: skip
+    sim = subprocess.Popen(sim_argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    wd = None
+    try:
+        end = time.monotonic() + 60
+        while not (work / "port").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        port = (work / "port").read_text().strip()
+        source = f"file:{work / 'gpu.jsonl'}" if gpu else "none"
+        argv = [sys.executable, "-m", "watchdog", "diagnose", "--pid", str(sim.pid),
+                "--server-url", f"http://127.0.0.1:{port}", "--no-cdn-default",
+                "--gpu-source", source, "--log-file", str(work / "sim.log"),
+                "--duration", str(int(timeout)), "--until-hang", "--log-format", "json",
+                *(f.format(cdn=cdn_port) for f in flags)]  # fmt: skip
+        err = work / "wd.err"
+        with err.open("wb") as fh:
+            wd = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=fh, env=ENV)
+        onset = hung = stalled = None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and hung is None and wd.poll() is None:
+            if onset is None and onset_line in read(work / "sim.log"):
+                onset = time.monotonic()
+            text = read(err)
+            if stalled is None and '"new": "stalled"' in text:
+                stalled = time.monotonic()
+            if any(d in text for d in DETECTED):
+                hung = time.monotonic()
+            time.sleep(0.05)
+        if onset is None:
+            return None, "no onset seen"
+        if hung is not None:
+            return hung - onset, _named(read(err))
+        return (stalled - onset, "stalled, cause unproven") if stalled else (None, "nothing")
+    finally:
+        if wd is not None:
+            kill_tree(wd)  # type: ignore[arg-type]
+        kill_tree(sim)  # type: ignore[arg-type]
+        stop_cdn()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _named(log: str) -> str:
+    import json
+
+    for line in log.splitlines():
+        if '"new": "hung"' in line or '"new": "dead"' in line:
+            with contextlib.suppress(ValueError):
+                return str(json.loads(line).get("signature") or "hung")
+    return "hung"
+
+
+def witness_sets(runs: int, timeout: float) -> None:
+    print(f"onset -> verdict per witness set (default thresholds, {runs} run(s) each)")
+    for name in WITNESS_SETS:
+        for gpu in (True, False):
+            results = [one_witness_set(name, gpu, timeout) for _ in range(runs)]
+            label = f"{name}, {'with' if gpu else 'without'} GPU figures"
+            what = sorted({w for _, w in results})
+            summary(f"{label} ({', '.join(what)})", [r for r, _ in results])
+
+
 def one_recovery(timeout: float) -> tuple[float | None, float | None]:
     """(onset -> hang verdict, onset -> recovered) in supervise mode with --remediate."""
     work = Path(tempfile.mkdtemp(prefix="bench-recover-"))
@@ -168,7 +259,11 @@ def main() -> None:
     ap.add_argument("--short", action="store_true", help="the e2e tests' short thresholds")
     ap.add_argument("--scenarios", default=",".join(ONSET), help="comma-separated")
     ap.add_argument("--timeout", type=float, default=120.0, help="per run")
+    ap.add_argument("--witness-sets", action="store_true", help="per witness set, see above")
     args = ap.parse_args()
+    if args.witness_sets:
+        witness_sets(args.runs, max(args.timeout, 170.0))
+        return
     mode = "short thresholds" if args.short else "default thresholds"
     print(f"detection latency, onset -> verdict ({mode}, {args.runs} runs each)")
     for scenario in args.scenarios.split(","):

@@ -209,3 +209,32 @@ def test_readme_metric_table_matches_the_code_table():
         m.name: (m.type, ", ".join(f"`{label}`" for label in m.labels) or "none") for m in METRICS
     }
     assert got == want
+
+
+def test_the_stages_are_told_apart_and_a_soft_stall_pages_nobody() -> None:
+    """`stage: stalled` (work pending, cause unproven) and `stage: hung` (cause proven) are
+    labels on the alerts; the shipped Alertmanager routes the soft stage to a receiver with no
+    notifier, the hard one to on-call (checked with the real amtool)."""
+    by_name = {r["alert"]: r for r in rules()}
+    assert by_name["InferenceServerStalled"]["labels"]["stage"] == "stalled"
+    for name in ("InferenceServerHung", "InferenceCubinDownloadStall"):
+        assert by_name[name]["labels"]["stage"] == "hung", name
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.fail("amtool not found: install it (apt-get install prometheus-alertmanager)")
+    config = str(ROOT / "prometheus" / "alertmanager.yml")
+
+    def receiver(*labels: str) -> str:
+        done = subprocess.run(
+            [amtool, "config", "routes", "test", f"--config.file={config}", *labels],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    soft = receiver("alertname=InferenceServerStalled", "stage=stalled", "severity=warning")
+    hard = receiver("alertname=InferenceServerHung", "stage=hung", "severity=critical")
+    assert (soft, hard) == ("no-page", "on-call")
+    doc = yaml.safe_load((ROOT / "prometheus" / "alertmanager.yml").read_text())
+    quiet = next(r for r in doc["receivers"] if r["name"] == soft)
+    assert not any(k.endswith("_configs") for k in quiet), quiet

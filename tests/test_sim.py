@@ -321,3 +321,18 @@ def test_sigterm_stops_the_whole_tree_with_tp_workers(sim_factory) -> None:  # n
     assert sim.process.wait(timeout=20) == 0
     gone, alive = psutil.wait_procs(tree, timeout=20)
     assert not alive
+
+
+def test_sglang_and_trtllm_gauges_are_as_of_the_last_batch_that_returned() -> None:
+    # SGLang writes its scheduler gauges when it reports a batch, TensorRT-LLM from a finished
+    # iteration's stats: a scheduled batch that never returns leaves the warm-up's 0.
+    from watchdog.sim.link import EngineLink
+
+    link = EngineLink([])
+    link._apply({"ev": "step", "running": 0, "waiting": 0})  # the warm-up returned
+    link._apply({"ev": "batch", "running": 8, "waiting": 2})  # the first large batch began
+    st = link.state
+    assert st.ready and (st.running, st.waiting) == (8, 2)
+    assert (st.batch_running, st.batch_waiting) == (0, 0)
+    link._apply({"ev": "step", "running": 8, "waiting": 2})  # it returned
+    assert (st.batch_running, st.batch_waiting) == (8, 2)

@@ -63,7 +63,9 @@ class Config:
     stall_after_s: float = _f(15.0, "no progress with work pending for this long is a stall", lo=1)
     suspect_after_s: float = _f(8.0, "no progress for this long starts stack capture", lo=1)
     blind_stall_after_s: float = _f(
-        120.0, "stall threshold when no GPU figures are available", lo=1
+        120.0,
+        "stall threshold when no GPU figures are available and no evidence proves the cause",
+        lo=1,
     )
     gpu_spin_sm: float = _f(
         0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0

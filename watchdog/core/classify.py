@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from watchdog.core.context import Context, Stall, Thresholds
-from watchdog.core.evidence import EVALUATORS, SOURCE
+from watchdog.core.evidence import EVALUATORS, SOURCE, UNCHANGED
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.rankprogress import describe_progress, rank_progress
@@ -53,6 +53,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         "waiting_ranks": ranks.waiting_ranks,
         "rank_progress": progress,
         "engine": _engine_label(window, obs),
+        "witnesses": stall.witnesses,
     }
     per_rank = describe_progress(progress)
     ranks_ev = _rank_evidence(ranks) + (
@@ -62,6 +63,12 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     if matches:
         sig, conf, ev = max(matches, key=lambda m: (m[0].priority, m[1]))
         state = ("dead" if ctx.gone else "hung") if sig.state == "crash" else sig.state
+        if sig.state in DEATHS:
+            # A hang that ends in a crash keeps its cause: the death is its consequence.
+            cause = _cause_of_death(ctx, sigs)
+            if cause is not None:
+                ev = cause[2] + _consequence(sig, ev, _engine(obs))
+                sig, conf = cause[0], cause[1]
         text = sig.text_for(_engine(obs))
         title = fill(text.title, window.progress.facts)
         return Verdict(
@@ -265,22 +272,79 @@ def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | Non
     }
 
 
-def _match(sig: Signature, ctx: Context) -> tuple[Signature, float, list[Evidence]] | None:
-    if sig.when == "stalled" and not ctx.stall.stalled:
+DEATHS = frozenset({"crash", "dead"})  # signature states that name a death, not its cause
+
+
+def _cause_of_death(
+    ctx: Context, sigs: SignatureSet
+) -> tuple[Signature, float, list[Evidence]] | None:
+    """The proven cause of a stall the server died in (FlashInfer gave up after its retries and
+    the scheduler raised; a collective timed out and the worker aborted), or None."""
+    found = [
+        m
+        for s in sigs.signatures
+        if s.state not in DEATHS
+        for m in (_match(s, ctx, dying=True),)
+        if m is not None
+    ]
+    return max(found, key=lambda m: (m[0].priority, m[1])) if found else None
+
+
+def _consequence(sig: Signature, ev: list[Evidence], engine: str) -> list[Evidence]:
+    """The death, as consequence lines under the cause."""
+    title = sig.text_for(engine).title
+    lines = [e for e in ev if e.kind != "proof"][:2] or [Evidence("procs", "", "")]
+    return [
+        Evidence(e.source, "consequence", f"then {title} ({sig.id}): {e.detail}".rstrip(": "))
+        for e in lines
+    ]
+
+
+def _match(
+    sig: Signature, ctx: Context, dying: bool = False
+) -> tuple[Signature, float, list[Evidence]] | None:
+    """`dying`: the server died; only a cause proven by evidence from before counts."""
+    st = ctx.stall
+    if sig.when == "stalled" and not (st.stalled or st.due or dying):
         return None
     if any(_eval(r, ctx) is not None for r in sig.unless):
         return None
-    found: list[Evidence] = []
+    pairs: list[tuple[Rule, Evidence]] = []
     for rule in sig.evidence:
         ev = _eval(rule, ctx)
         if ev is None and rule.required:
             return None
         if ev is not None:
-            found.append(ev)
+            pairs.append((rule, ev))
+    found = [ev for _, ev in pairs]
     conf = sum(e.weight for e in found)
     if conf + 1e-9 < sig.min_confidence:
         return None
+    stall_matters = sig.when == "stalled" or any(r.kind == "no_progress" for r, _ in pairs)
+    if dying or (stall_matters and not st.stalled):
+        # Past stall_after_s but before the blind limit (no GPU figures): only a cause the
+        # evidence proves is named now; the GPU adds nothing to a proof of a download or a wait.
+        proof = _proof(pairs)
+        if proof is None:
+            return None
+        found.append(Evidence("progress", "proof", f"cause proven by {proof}"))
     return sig, conf, found
+
+
+def _proof(pairs: list[tuple[Rule, Evidence]]) -> str | None:
+    """What proves the cause without GPU figures, or None: the engine's own decisive words; a
+    stack rule that holds only on a thread unchanged across two dumps (a collective frame on
+    the waiting ranks); a stack unchanged across two dumps with a matching socket or log line."""
+    for rule, _ in pairs:
+        if rule.kind == "log" and rule.decisive:
+            return f"the server's own words ({rule.label})"
+        if rule.kind == "stack" and rule.unchanged:
+            return f"{rule.label}, unchanged across two dumps"
+    stuck = next((r for r, ev in pairs if r.kind == "stack" and UNCHANGED in ev.detail), None)
+    other = next((r for r, _ in pairs if r.kind in ("cdn_socket", "log")), None)
+    if stuck is not None and other is not None:
+        return f"{stuck.label} (unchanged across two dumps) with {other.label}"
+    return None
 
 
 def _eval(rule: Rule, ctx: Context) -> Evidence | None:

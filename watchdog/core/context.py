@@ -46,6 +46,10 @@ class Stall:
     suspicious: bool
     busy: bool  # the GPU moves memory: a slow batch, not a hang
     detail: str
+    # stall_after_s reached (not busy), whatever the GPU source: a stall whose cause is proven
+    # is named now; without GPU figures and without proof `stalled` waits for the blind limit.
+    due: bool = False
+    witnesses: tuple[str, ...] = ()  # every witness of the pending work (core/witnesses.py)
 
 
 class Context:
@@ -59,21 +63,45 @@ class Context:
 
     def _stall(self) -> Stall:
         p, now = self.window.progress, self.obs.t
+        pending_since, why, witnesses = p.pending_since, p.pending_why, p.pending_witnesses
         if not p.pending:
-            return Stall(False, None, False, False, False, "no work pending")
+            # A kernel that spins on a GPU with compute processes is work in flight, whatever
+            # the gauges say (TensorRT-LLM and SGLang write theirs after a batch returns).
+            # Only while serving: CUDA-graph capture and warm-up spin the GPU on purpose.
+            spun = self._spin_since() if p.phase == "ready" else None
+            if spun is None or now - spun < self.th.gpu_spin_for_s:
+                return Stall(False, None, False, False, False, "no work pending")
+            why = "a GPU busy without memory traffic, with compute processes on it"
+            pending_since, witnesses = spun, (why,)
         since = max(
-            t for t in (p.last_progress_t, p.pending_since, self.window_start()) if t is not None
+            t for t in (p.last_progress_t, pending_since, self.window_start()) if t is not None
         )
         secs = max(0.0, now - since)
         busy = self._gpu_busy(now - self.th.stall_after_s)
         limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
-        detail = f"no progress for {secs:.0f} s with {p.pending_why}"
+        detail = f"no progress for {secs:.0f} s with {why}"
         if p.last_progress_what:
             detail += f" (last progress: {p.last_progress_what})"
         stalled = secs >= limit and not busy
-        return Stall(
-            True, secs, stalled, secs >= self.th.suspect_after_s and not busy, busy, detail
-        )
+        suspicious = secs >= self.th.suspect_after_s and not busy
+        due = secs >= self.th.stall_after_s and not busy
+        return Stall(True, secs, stalled, suspicious, busy, detail, due, witnesses)
+
+    def _spin_since(self) -> float | None:
+        """When the newest unbroken run of spin-shaped samples on some GPU began, or None."""
+        from watchdog.core.spinsignals import spin_by  # spinsignals imports Thresholds from here
+
+        best: float | None = None
+        for g in self.obs.gpus:
+            start: float | None = None
+            for o in reversed(list(self.window)):
+                s = next((x for x in o.gpus if x.index == g.index), None)
+                if s is None or spin_by(s, self.th) is None:
+                    break
+                start = o.t
+            if start is not None and (best is None or start < best):
+                best = start
+        return best
 
     def window_start(self) -> float | None:
         first = next(iter(self.window), None)

@@ -12,6 +12,8 @@ from watchdog.core.model import Frame, Observation, StackSample
 from watchdog.core.signatures import Rule
 from watchdog.core.spinsignals import describe, host_cpu, spin_by
 
+UNCHANGED = ", unchanged across two dumps"  # in a stack rule's detail: the thread did not move
+
 
 def _log(rule: Rule, ctx: Context) -> str | None:
     assert rule.pattern is not None
@@ -77,7 +79,7 @@ def match_stacks(rule: Rule, stacks: Iterable[StackSample]) -> str | None:
                     continue
                 fr = next((f for f in th.frames if test(rule, f)), None)
                 if fr is not None:
-                    still = ", unchanged across two dumps" if th.unchanged else ""
+                    still = UNCHANGED if th.unchanged else ""
                     title = short_title(sample.title)
                     return (
                         f"pid {sample.pid} ({title}) thread {th.name!r} in {fr.name} "
@@ -112,7 +114,8 @@ def _gpu_spin(rule: Rule, ctx: Context) -> str | None:
 
 
 def _no_progress(rule: Rule, ctx: Context) -> str | None:
-    return ctx.stall.detail if ctx.stall.stalled else None
+    # `due`: stall_after_s reached; before the blind limit classify() asks for a proof too.
+    return ctx.stall.detail if ctx.stall.stalled or ctx.stall.due else None
 
 
 def _gpu_cc(rule: Rule, ctx: Context) -> str | None:

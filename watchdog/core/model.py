@@ -237,6 +237,7 @@ class Verdict:
     waiting_ranks: tuple[int, ...] = ()  # ranks waiting on the cause
     rank_progress: tuple[RankProgress, ...] = ()  # each rank's own last progress
     engine: str = ""  # the engine watched and its version, e.g. "sglang 0.5.23"; "" unknown
+    witnesses: tuple[str, ...] = ()  # what said work was pending (stats line, /health, stacks...)
 
     @property
     def is_hang(self) -> bool:

@@ -157,6 +157,19 @@ def _thread_activity(sample: StackSample, kb: Knowledge) -> tuple[str, str, bool
     return "other", "", th.unchanged, _label(fr) if fr else ""
 
 
+def blocking_frame(stacks: Sequence[StackSample]) -> str:
+    """ "pid 12 in download_file (cubin_loader.py:88)": a thread unchanged across two dumps in
+    a frame of a known activity (a download, a GPU wait, a collective), else ""."""
+    kb = knowledge()
+    for sample in stacks:
+        if sample.error or not sample.threads:
+            continue
+        act, _, unchanged, frame = _thread_activity(sample, kb)
+        if unchanged and act not in ("other", "no_stacks"):
+            return f"pid {sample.pid} in {frame}, unchanged across two dumps"
+    return ""
+
+
 def _view(
     proc: ProcInfo,
     sample: StackSample | None,

@@ -13,6 +13,7 @@ from itertools import islice
 from typing import Any
 
 from watchdog.core.model import LogEvent, Observation
+from watchdog.core.witnesses import Witnesses
 
 # Milestones after which the server is ready to serve (log kinds from watchdog/sources/logparse.py).
 READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
@@ -59,6 +60,8 @@ class Progress:
     # answered 200 before: its own probe request is work pending with no answer.
     health_ok_seen: bool = False
     health_stall: bool = False
+    witnesses: Witnesses = field(default_factory=Witnesses)  # core/witnesses.py
+    pending_witnesses: tuple[str, ...] = ()  # every witness that says work is pending now
 
 
 class Window:
@@ -118,6 +121,7 @@ class Window:
             self._metrics(obs)
         if obs.procs is not None and p.phase == "loading":
             self._read_bytes(obs)
+        p.witnesses.on_observation(obs.conns, obs.stacks, p.phase == "ready")
         self._update_pending(obs.t)
 
     def _without_old_server_lines(self, obs: Observation) -> Observation:
@@ -164,6 +168,7 @@ class Window:
     def _advance(self, t: float, what: str) -> None:
         self.progress.last_progress_t = t
         self.progress.last_progress_what = what
+        self.progress.witnesses.on_progress()
 
     def _set_phase(self, phase: str, t: float) -> None:
         p = self.progress
@@ -193,16 +198,22 @@ class Window:
             name = str(f.get("name", ""))
             self._set_phase("ready" if name in READY_MILESTONES else p.phase, t)
             self._advance(t, f"milestone {name}")
+            if name in READY_MILESTONES:
+                p.witnesses.ready_milestone = True
         elif ev.kind == "stats":
             self._set_phase("ready", t)
             running, waiting = float(f.get("running") or 0), float(f.get("waiting") or 0)
             p.stats_pending = running + waiting > 0
-            if float(f.get("prompt_tps") or 0) > 0 or float(f.get("gen_tps") or 0) > 0:
+            moving = float(f.get("prompt_tps") or 0) > 0 or float(f.get("gen_tps") or 0) > 0
+            if moving:
                 self._advance(t, "throughput in the stats line")
             elif f.get("stepped"):
                 # Engines that log a line per finished batch (SGLang's Prefill/Decode batch,
                 # TensorRT-LLM's iteration line): the line itself is a step.
                 self._advance(t, "a batch finished (stats line)")
+            p.witnesses.on_stats(ev, t, p.stats_pending, moving or bool(f.get("stepped")))
+        elif ev.kind == "not_generating":
+            p.witnesses.on_not_generating(t)
         elif ev.kind == "canary":
             # A request the watchdog sent itself: unanswered, it is work pending since it was sent.
             if f.get("timed_out"):
@@ -216,6 +227,7 @@ class Window:
     def _metrics(self, obs: Observation) -> None:
         p, v = self.progress, obs.server
         assert v is not None
+        advanced = False
         for name in ("iterations", "prompt_tokens", "generation_tokens"):
             value = getattr(v, name)
             if value is None:
@@ -223,13 +235,17 @@ class Window:
             prev = p.counters.get(name)
             if prev is not None and value > prev:
                 self._advance(obs.t, f"server {name} advanced")
+                advanced = True
             p.counters[name] = value  # a drop means a restart: the new value is the new baseline
+        p.witnesses.on_server(v, obs.t, advanced)
         if v.running is not None or v.waiting is not None:
             p.metrics_pending = (v.running or 0) + (v.waiting or 0) > 0
         if v.health_status == 200:
             p.health_ok_seen = True
-        # Before the first 200 it is SGLang's warm-up (ServerStatus.Starting), not a stall.
-        p.health_stall = v.health_meaning == "not_generating" and p.health_ok_seen
+        # Before the first 200 or the ready milestone it is SGLang's warm-up
+        # (ServerStatus.Starting), not a stall.
+        p.witnesses.on_health(v.health_meaning, v.health_status, p.health_ok_seen)
+        p.health_stall = p.witnesses.health_failing
         # vLLM's API server answers only once the engine is up, so /health 200 means ready even
         # when the watchdog attached after the startup lines went by.
         served = (p.counters.get("iterations") or 0) > 0 or v.health_status == 200
@@ -244,25 +260,30 @@ class Window:
         self.progress.read_bytes = total
 
     def _update_pending(self, t: float) -> None:
+        """Work is pending while any witness says so (core/witnesses.py); each is listed."""
         p = self.progress
-        why = ""
+        said: list[str] = []
         if p.bar_desc is not None:
             n, total = p.bars[p.bar_desc]
             if total and n < total:
-                why = f"'{p.bar_desc}' at {n}/{total}"
-        if not why and p.metrics_pending:
-            why = "requests running or waiting (/metrics)"
-        # /metrics can read running=0 during a hang (vllm #46811), so the stats line counts too.
-        if not why and p.stats_pending:
-            why = "requests running or waiting (stats line)"
-        if not why and p.health_stall:
-            why = "/health's one-token generation got no answer (503)"
+                said.append(f"'{p.bar_desc}' at {n}/{total}")
+        if p.metrics_pending:
+            said.append("requests running or waiting (/metrics)")
+        # /metrics can read running=0 during a hang (vllm #46811), so the stats line counts too,
+        # for as long as its claim holds.
+        stats = p.witnesses.stats_says(t)
+        if stats:
+            said.append(stats)
+        said += p.witnesses.active(t)
         since = t
-        if not why and p.canary_since is not None:
-            why, since = "a canary request got no answer", p.canary_since
-        if why and not p.pending:
+        if p.canary_since is not None:
+            said.append("a canary request got no answer")
+            if len(said) == 1:
+                since = p.canary_since
+        if said and not p.pending:
             p.pending_since = since
-        p.pending, p.pending_why = bool(why), why
+        p.pending, p.pending_why = bool(said), said[0] if said else ""
+        p.pending_witnesses = tuple(said)
 
 
 def shorten(line: str, limit: int) -> str:

@@ -40,6 +40,8 @@ class Episode:
     retry_write_t: float | None = None  # no new attempt before this time
     discarded_captures: int = 0  # captures the server moved on from while they ran
     capture_not_before: float | None = None  # back-off after repeated discards
+    worst: str = ""  # "stalled" (soft) or "hung" (hard, cause proven): the furthest it got
+    worst_signature: str | None = None
 
 
 class EpisodeHook:
@@ -75,6 +77,10 @@ class EpisodeHook:
         self._check_capture(obs, daemon)
         troubled = verdict.suspicious or verdict.is_hang or verdict.state == "stalled"
         if obs.procs is not None and obs.procs.restarted:
+            if self.episode is not None:
+                self._ended(
+                    self.episode, "restarted", "the server came back under a new process", daemon
+                )
             self.episode = None
         if self.episode is None:
             if not troubled:
@@ -82,17 +88,42 @@ class EpisodeHook:
             self.episode = Episode(started_t=obs.t, started_wall=obs.wall)
             self.capture = None
         ep = self.episode
+        if verdict.is_hang:
+            ep.worst, ep.worst_signature = "hung", verdict.signature
+        elif verdict.state == "stalled" and not ep.worst:
+            ep.worst = "stalled"
         if troubled:
             ep.healthy_ticks = 0
         elif verdict.state in HEALTHY_STATES:
             ep.healthy_ticks += 1
             if ep.healthy_ticks >= self.close_after_ticks:
                 self.episode = None
+                moved = f"the server moved on by itself ({verdict.state}: {verdict.reason})"
+                self._ended(ep, "recovered_on_its_own", moved, daemon)
                 return
         if troubled:
             self._maybe_capture(obs, ep)
         if not fresh_stacks and self._wants_incident(obs, verdict, ep):
             self._write(obs, verdict, ep, daemon)
+
+    def _ended(self, ep: Episode, outcome: str, detail: str, daemon: Any) -> None:
+        """An episode that reached stalled or hung ended: count it, say it, note it in its
+        bundle. A soft stall that ends by itself is common (real servers go silent and recover:
+        syv-ai/qwen38-27b-rtx3090#107), so it is recorded, never remediated."""
+        if not ep.worst:
+            return  # only suspicious: nothing was reported, nothing to close
+        if self.metrics is not None:
+            self.metrics.episode(outcome)
+        what = ep.worst_signature or ep.worst
+        message = f"{what} episode ended: {outcome}; {detail}"
+        daemon.emitter.event(
+            "episode", message, outcome=outcome, stage=ep.worst, signature=ep.worst_signature
+        )
+        if ep.incident is not None and self.writer is not None:
+            try:
+                self.writer.update_outcome(ep.incident, outcome, detail)
+            except (OSError, ValueError) as exc:
+                log.warning("could not record the outcome in %s: %s", ep.incident, exc)
 
     def _check_capture(self, obs: Observation, daemon: Any) -> None:
         """Once per server process: say at once when py-spy will not be able to dump it

@@ -32,7 +32,7 @@ HEALTH_MEANINGS = frozenset({"ok", "dead", "starting", "not_generating"})
 # LogEvent kinds an engine log rule may produce (the window reads these).
 LOG_KINDS = frozenset(
     {"stats", "milestone", "compile", "version", "trtllm", "capture", "loading", "line", "crash",
-     "watchdog", "stackdump"}
+     "watchdog", "stackdump", "not_generating"}
 )  # fmt: skip
 
 

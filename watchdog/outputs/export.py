@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from watchdog.core.model import STATES, Observation, Verdict
 from watchdog.outputs.fleet import FleetLabels, fleet_series
 from watchdog.outputs.metrics_table import (
+    EPISODE_OUTCOMES,
     LOG_SKIP_REASONS,
     LOOP_BUCKETS,
     METRICS,
@@ -121,6 +122,7 @@ class MetricsSink(Collector):
         self._wall = wall
         self._lock = threading.Lock()
         self._incidents: dict[str, float] = {s: 0.0 for s in signatures}
+        self._episodes: dict[str, float] = {o: 0.0 for o in EPISODE_OUTCOMES}
         # hang_watchdog_hang covers signatures only; incidents also count "stalled" episodes.
         self._signatures: list[str] = list(signatures)
         self._hang: tuple[str | None, float] = (None, 0.0)  # (signature, confidence)
@@ -175,6 +177,13 @@ class MetricsSink(Collector):
         """Count one newly opened incident for a signature."""
         with self._lock:
             self._incidents[signature] = self._incidents.get(signature, 0.0) + 1
+
+    def episode(self, outcome: str) -> None:
+        """Count one ended episode by outcome (one of metrics_table.EPISODE_OUTCOMES)."""
+        if outcome not in EPISODE_OUTCOMES:
+            raise ValueError(f"episode outcome {outcome!r} is not one of {EPISODE_OUTCOMES}")
+        with self._lock:
+            self._episodes[outcome] += 1
 
     def stack_capture(self, result: str) -> None:
         """Count one stack capture by result (one of metrics_table.STACK_RESULTS)."""
@@ -270,6 +279,7 @@ class MetricsSink(Collector):
                 ((s,), confidence if s == signature else 0.0) for s in sigs
             ],
             "hang_watchdog_incidents_total": [((s,), v) for s, v in self._incidents.items()],
+            "hang_watchdog_episodes_total": [((o,), v) for o, v in self._episodes.items()],
             "hang_watchdog_stack_captures_total": [((r,), v) for r, v in self._captures.items()],
             "hang_watchdog_log_lines_skipped_total": [
                 ((r,), v) for r, v in self._log_skips.items()

@@ -187,6 +187,13 @@ class IncidentWriter:
         _write_file(Path(path) / "incident.json", _json(doc), atomic=True)
         _write_file(Path(path) / "summary.md", render_summary(doc), atomic=True)
 
+    def update_outcome(self, path: Path, outcome: str, detail: str) -> None:
+        """Record how the episode of an existing bundle ended (incident.json and summary.md)."""
+        doc = load_incident(path)
+        doc["outcome"] = {"outcome": outcome, "detail": detail}
+        _write_file(Path(path) / "incident.json", _json(doc), atomic=True)
+        _write_file(Path(path) / "summary.md", render_summary(doc), atomic=True)
+
     def _document(self, incident: Incident, now: float) -> dict[str, Any]:
         verdict = to_dict(incident.verdict)
         return redact_tree(

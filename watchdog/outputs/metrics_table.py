@@ -25,6 +25,10 @@ REMEDIATION_OUTCOMES: tuple[str, ...] = (
     "skipped",
 )
 
+# How a hang episode ended (daemon/episodes.py): the server moved on by itself (never restarted
+# during the episode), or it came back under a new process (a remediation, systemd, an operator).
+EPISODE_OUTCOMES: tuple[str, ...] = ("recovered_on_its_own", "restarted")
+
 # Why the log source left lines unparsed (LogSource.skipped): a stream reader's queue overflowed,
 # a followed file ran too far ahead and was jumped, or a tick's parse budget ran out.
 LOG_SKIP_REASONS: tuple[str, ...] = ("dropped", "lag", "budget")
@@ -92,6 +96,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "counter",
         ("signature",),
         "Incidents opened (one per hang episode), by signature.",
+    ),
+    MetricSpec(
+        "hang_watchdog_episodes_total",
+        "counter",
+        ("outcome",),
+        "Episodes that reached stalled or hung and ended, by outcome: recovered_on_its_own "
+        "(the server moved on by itself) or restarted.",
     ),
     MetricSpec(
         "hang_watchdog_seconds_since_progress",

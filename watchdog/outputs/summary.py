@@ -19,11 +19,19 @@ def render_summary(doc: Mapping[str, Any]) -> str:
         _env_md(doc),
     )
     lines = [line for part in parts for line in [*part, ""]]
+    outcome = doc.get("outcome")
+    if isinstance(outcome, Mapping):
+        lines += ["## Outcome", "", f"`{outcome.get('outcome')}`: {outcome.get('detail')}", ""]
     if doc.get("remediation") is not None:
         rem = json.dumps(doc["remediation"], indent=2)
         lines += ["## Remediation", "", "```json", rem, "```", ""]
     lines += ["## Files", "", "incident.json, timeline.jsonl, log-tail.txt, stacks/<pid>.*"]
     return "\n".join(lines) + "\n"
+
+
+def _witnesses(v: Mapping[str, Any]) -> list[str]:
+    said = v.get("witnesses") or []
+    return [f"- Work pending, as said by: {'; '.join(str(w) for w in said)}"] if said else []
 
 
 def _what(doc: Mapping[str, Any], v: Mapping[str, Any]) -> list[str]:
@@ -37,6 +45,7 @@ def _what(doc: Mapping[str, Any], v: Mapping[str, Any]) -> list[str]:
         "",
         f"- State `{v.get('state')}`, signature `{name}`, confidence {v.get('confidence')}",
         f"- {_since(v.get('seconds_since_progress'))}{v.get('reason') or ''}".rstrip(),
+        *_witnesses(v),
     ]
 
 

@@ -56,6 +56,8 @@ class SimConfig:
     shards: int = 4
     shard_s: float = 5.0
     die_after_s: float = 2.0
+    load_s: float = 0.0
+    silence_s: float = 0.0
     gpu_file: str | None = None
     gpus: int = 1
     gpu_name: str = "NVIDIA GB300"
@@ -120,6 +122,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--shards", type=int, default=4, help="weight shards to load")
     p.add_argument("--shard-s", type=float, default=5.0, help="slow_loading: seconds per shard")
     p.add_argument("--die-after-s", type=float, default=2.0, help="engine_dead: healthy seconds")
+    p.add_argument(
+        "--silence-s", type=float, default=0.0,
+        help="serve: after 5 s of serving the engine goes silent this long, then serves again",
+    )  # fmt: skip
+    p.add_argument(
+        "--load-s", type=float, default=0.0,
+        help="serve: the background load drains after this many seconds (0: it never does)",
+    )  # fmt: skip
     p.add_argument("--gpu-file", help="append simulated GPU samples (JSON Lines) here")
     p.add_argument("--gpus", type=int, default=1)
     p.add_argument("--gpu-name", default="NVIDIA GB300")

@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import IO, Any
 
 from watchdog.sim import sysutil
@@ -31,6 +32,7 @@ from watchdog.sim.trtllm_engine import TrtllmHooks
 
 PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in later logs)
 STEP_S = 0.1
+SILENT_AFTER_S = 5.0  # --silence-s: serving this long before the silence
 STRAGGLE_S = 3.0  # how long the waiting ranks of a rank-level hang work on after the cause stops
 # Made-up kernel names under the real v0.6.7 TRTLLM_GEN_FMHA artifact pin (domain.md 1.3).
 FMHA_PATH = "e7afc4134bb53eaab63fb85163d5943fb190621c/fmha/trtllm-gen/"
@@ -49,6 +51,14 @@ FATAL_TRACE = (
     'shm_broadcast.py", line 647, in timeout_ms',
     "    raise TimeoutError",
     "TimeoutError",
+)
+
+
+# get_cubin returns b"" once download_file gave up (flashinfer/jit/cubin_loader.py v0.6.7), and
+# loading the TRTLLM-gen kernel from it fails; the exception text is the simulator's own.
+DOWNLOAD_FAILED = (
+    "RuntimeError: Failed to load the TRTLLM-gen FMHA cubin: FlashInfer could not download it "
+    "from the kernel CDN"
 )
 
 
@@ -94,6 +104,7 @@ class Engine:
             from watchdog.sim.sglang import SglangStartup
 
             SglangStartup(self.cfg, self.con, PROC, workdir).run()
+            self.warm_up()
         elif self.trtllm is not None:
             from watchdog.sim.trtllm import TrtllmStartup
 
@@ -103,6 +114,16 @@ class Engine:
             Startup(self.cfg, self.con, PROC, workdir).run()
         self.report("ready")
         return self.serve_scenario()
+
+    def warm_up(self) -> None:
+        """SGLang's _wait_and_warmup (srt/entrypoints/http_server.py) sends one short generation
+        before `The server is fired up and ready to roll!`; /health answers 503 until then
+        (ServerStatus.Starting). Its batch returns, so the gauges read 0 after it."""
+        time.sleep(STEP_S)
+        self.counters["iterations"] += 1
+        self.counters["prompt_tokens"] += 4
+        self.counters["gen_tokens"] += 1
+        self.report("step", running=0, waiting=0)
 
     def gpu_pids(self, gpu: int) -> list[int]:
         """Compute processes on a GPU: the worker for its rank with TP>1, else the engine."""
@@ -122,29 +143,34 @@ class Engine:
         scenario = self.cfg.scenario
         if scenario == "hang_unless_fallback":
             scenario = "healthy" if self.cfg.trtllm_disabled else "kernel_deadlock"
+        if scenario == "cubin_download_stall" and self.cfg.trtllm_disabled:
+            # The fallback's other attention backend needs no TRTLLM-gen cubins: nothing to fetch.
+            scenario = "healthy"
         running = self.batch_size()
         if self.sglang_ranks is not None and scenario in RANK_HANGS:
             # SGLang TP>1: this process is rank 0 itself, no workers to command.
             self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
-            self.report("step", running=running, waiting=self.total_waiting(running))
+            self.report("batch", running=running, waiting=self.total_waiting(running))
             self.straggle()
             rank_hang(self.cfg, scenario, 0)
         if scenario == "collective_wait" or (
             scenario in ("kernel_deadlock", "cubin_download_stall") and self.hang_rank_valid()
         ):
             self.set_gpu("spin" if scenario == "kernel_deadlock" else "idle")
-            self.report("step", running=running, waiting=self.total_waiting(running))
+            self.report("batch", running=running, waiting=self.total_waiting(running))
             self.straggle()
             self.tell_workers(f"{scenario} {self.cfg.hang_rank}")
             collective_rpc()
         if scenario in ("kernel_deadlock", "cubin_download_stall"):
             self.set_gpu("spin")
-            self.report("step", running=running, waiting=self.total_waiting(running))
+            # The batch is scheduled, not finished: engines that write their gauges after a
+            # batch (SGLang, TensorRT-LLM) still show the warm-up's 0 (link.py).
+            self.report("batch", running=running, waiting=self.total_waiting(running))
             if scenario == "kernel_deadlock":
                 self.tell_workers("hang")
                 cuda.synchronize()
-            else:
-                self.fetch_cubins()
+            elif not self.fetch_cubins():
+                return self.die(DOWNLOAD_FAILED)
         return self.step_loop(dies=scenario == "engine_dead")
 
     def straggle(self) -> None:
@@ -170,19 +196,20 @@ class Engine:
         """--hang-rank names one of this server's worker ranks."""
         return 0 <= self.cfg.hang_rank < self.ranks()
 
-    def fetch_cubins(self) -> None:
-        """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain."""
+    def fetch_cubins(self) -> bool:
+        """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain.
+        False when FlashInfer gave up (its four tries failed): the kernel cannot be loaded."""
         if self.cfg.engine == "sglang":
             from watchdog.sim.sglang_ranks import fetch_cubins
 
-            fetch_cubins(self.cfg)  # FlashInfer's logger at ERROR under SGLang
-            return
+            return fetch_cubins(self.cfg)  # FlashInfer's logger at ERROR under SGLang
         if self.trtllm is not None:
-            self.trtllm.fetch_cubins()
-            return
+            return self.trtllm.fetch_cubins()
         cubin_loader.configure_logging(sys.stderr, self.cfg.log_file)
-        for name in CUBINS:
+        return all(
             cubin_loader.get_cubin_callback(name.encode(), b"", timeout=self.cfg.cdn_timeout)
+            for name in CUBINS
+        )
 
     def batch_size(self) -> int:
         """Requests running in one step."""
@@ -204,6 +231,14 @@ class Engine:
         while True:
             if dies and time.monotonic() - started >= cfg.die_after_s:
                 return self.die()
+            if cfg.mode == "serve" and 0 < cfg.load_s <= time.monotonic() - started:
+                return self.drained()
+            if cfg.silence_s > 0 and time.monotonic() - started >= SILENT_AFTER_S:
+                # A long host-side pause that ends by itself (syv-ai/qwen38-27b-rtx3090#107:
+                # 156 engine silences of 20 s to 15.8 min in a day, all recovering).
+                self.set_gpu("idle")
+                time.sleep(cfg.silence_s)
+                cfg = replace(cfg, silence_s=0.0)
             running = self.batch_size() if cfg.mode == "serve" else self.remaining_batch()
             self.set_gpu("busy" if running else "idle")
             time.sleep(STEP_S)
@@ -220,21 +255,30 @@ class Engine:
                 self.report("finished")
                 return 0
 
+    def drained(self) -> int:
+        """The load is done: one last report with nothing running, then the engine idles
+        without stepping (vLLM's EngineCore busy loop blocks on its input queue when idle)."""
+        self.set_gpu("idle")
+        self.report("step", running=0, waiting=0)
+        while True:
+            time.sleep(1.0)
+
     def remaining_batch(self) -> int:
         """Bench: prompts still running (at most one batch)."""
         return min(self.cfg.num_prompts - self.counters["done"], 256)
 
-    def die(self) -> int:
-        """Print the fatal-error lines (e_svd348 / vLLM core.py) and exit like a dead engine."""
+    def die(self, error: str = "") -> int:
+        """Print the fatal-error lines (e_svd348 / vLLM core.py) and exit like a dead engine;
+        `error` replaces the last line's exception (a kernel whose cubin never arrived)."""
         if self.cfg.engine == "sglang":
             from watchdog.sim.sglang import SCHEDULER_TRACE
 
-            for line in SCHEDULER_TRACE:
+            for line in _with_error(SCHEDULER_TRACE, error):
                 self.con.sglang(line)
         elif self.trtllm is not None:
-            self.trtllm.die()
+            self.trtllm.die(error)
         else:
-            for line in FATAL_TRACE:
+            for line in _with_error(FATAL_TRACE, error):
                 self.log("ERROR", "core.py:1361", line)
         self.set_gpu("gone")
         self.report("dead")
@@ -267,6 +311,11 @@ class Engine:
             except subprocess.TimeoutExpired:
                 worker.kill()
         os._exit(0)
+
+
+def _with_error(trace: Sequence[str], error: str) -> list[str]:
+    """A traceback whose last line (the exception) is `error` when one is given."""
+    return [*trace[:-1], error] if error else list(trace)
 
 
 def _without_role(argv: Sequence[str]) -> list[str]:

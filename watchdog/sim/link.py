@@ -30,6 +30,13 @@ class EngineState:
     done: int = 0
     running: int = 0
     waiting: int = 0
+    # As of the last batch that returned: SGLang writes its scheduler gauges when it reports a
+    # batch (srt/managers/scheduler_components/metrics_reporter.py, after the forward), and
+    # TensorRT-LLM's num_requests_running is an iteration-level metric (metrics/collector.py
+    # @050f80de, from the stats of a finished iteration). A batch that never returns leaves them
+    # at the previous values: the warm-up's 0 for the first one.
+    batch_running: int = 0
+    batch_waiting: int = 0
 
 
 class EngineLink:
@@ -73,13 +80,15 @@ class EngineLink:
         with self.changed:
             st = self.state
             ev = msg.get("ev")
-            st.ready = st.ready or ev in ("ready", "step", "finished")
+            st.ready = st.ready or ev in ("ready", "batch", "step", "finished")
             st.finished = st.finished or ev == "finished"
             st.dead = st.dead or ev == "dead"
             for name in ("prompt_tokens", "gen_tokens", "iterations", "done", "running", "waiting"):
                 value = msg.get(name)
                 if isinstance(value, int):
                     setattr(st, name, value)
+            if ev in ("step", "finished"):
+                st.batch_running, st.batch_waiting = st.running, st.waiting
             self.changed.notify_all()
 
     def wait_for(self, predicate: str, timeout: float | None = None) -> bool:

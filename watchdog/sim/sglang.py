@@ -92,10 +92,14 @@ class SglangCollector:
         values = [self._api.cfg.model, "unified", "0", "0"]
         # The scheduler gauges are written when a batch line is reported: frozen in a hang.
         gauges = (
-            ("sglang:num_running_reqs", "The number of running requests.", st.running),
-            ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", st.waiting),
+            ("sglang:num_running_reqs", "The number of running requests.", st.batch_running),
+            (
+                "sglang:num_queue_reqs",
+                "The number of requests in the waiting queue.",
+                st.batch_waiting,
+            ),
             ("sglang:gen_throughput", "The generation throughput (token/s).", self._api.gen_tps),
-            ("sglang:token_usage", "The token usage.", min(st.running / 64, 1.0)),
+            ("sglang:token_usage", "The token usage.", min(st.batch_running / 64, 1.0)),
         )
         families: list[Any] = []
         for name, doc, value in gauges:

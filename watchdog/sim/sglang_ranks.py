@@ -38,7 +38,7 @@ def effective_scenario(cfg: SimConfig) -> str:
     return cfg.scenario
 
 
-def fetch_cubins(cfg: SimConfig) -> None:
+def fetch_cubins(cfg: SimConfig) -> bool:
     """The first batch needs TRTLLM-gen FMHA cubins: fetch them through the FlashInfer chain.
 
     srt/utils/common.py configure_logger (sglang 0.5.23) sets the `flashinfer.jit` logger to
@@ -48,8 +48,10 @@ def fetch_cubins(cfg: SimConfig) -> None:
 
     cubin_loader.configure_logging(sys.stderr, cfg.log_file)
     cubin_loader.logger.setLevel(logging.ERROR)
-    for name in CUBINS:
+    return all(
         cubin_loader.get_cubin_callback(name.encode(), b"", timeout=cfg.cdn_timeout)
+        for name in CUBINS
+    )
 
 
 def rank_hang(cfg: SimConfig, scenario: str, rank: int) -> None:

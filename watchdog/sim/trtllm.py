@@ -174,13 +174,14 @@ def iteration_stats(st: Any, max_active: int = 2048) -> list[dict[str, Any]]:
         {
             "iter": st.iterations,
             "iterLatencyMS": 100.0,
-            "numActiveRequests": st.running,
-            "numQueuedRequests": st.waiting,
+            "numActiveRequests": st.batch_running,
+            "numQueuedRequests": st.batch_waiting,
             "numCompletedRequests": st.done,
             "maxNumActiveRequests": max_active,
             "timestamp": time.strftime("%m-%d-%Y %H:%M:%S.000000"),
-            "inflightBatchingStats": {"numScheduledRequests": st.running, "numContextRequests": 0,
-                                      "numGenRequests": st.running, "numPausedRequests": 0},
+            "inflightBatchingStats": {"numScheduledRequests": st.batch_running,
+                                      "numContextRequests": 0,
+                                      "numGenRequests": st.batch_running, "numPausedRequests": 0},
         }
     ]  # fmt: skip
 
@@ -197,9 +198,13 @@ class TrtllmCollector:
         labels, values = ["model_name", "engine_type"], [self._api.cfg.model, "trtllm"]
         families: list[Any] = []
         for name, doc, value in (
-            ("trtllm_num_requests_running", "Number of active requests", st.running),
-            ("trtllm_num_requests_waiting", "Number of queued requests", st.waiting),
-            ("trtllm_kv_cache_utilization", "KV cache utilization", min(st.running / 64, 1.0)),
+            ("trtllm_num_requests_running", "Number of active requests", st.batch_running),
+            ("trtllm_num_requests_waiting", "Number of queued requests", st.batch_waiting),
+            (
+                "trtllm_kv_cache_utilization",
+                "KV cache utilization",
+                min(st.batch_running / 64, 1.0),
+            ),
         ):
             fam = GaugeMetricFamily(name, doc, labels=labels)
             fam.add_metric(values, value)

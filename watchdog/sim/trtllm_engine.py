@@ -59,27 +59,31 @@ class TrtllmHooks:
         self.log("INFO", iter_line(it, running, total, round(host_ms, 6), self._prev_ms))
         self._prev_ms = round(host_ms * 0.93, 6)
 
-    def fetch_cubins(self) -> None:
-        """The first batch on SM100/SM103: FlashInfer's TRTLLM-gen FMHA module fetches cubins."""
+    def fetch_cubins(self) -> bool:
+        """The first batch on SM100/SM103: FlashInfer's TRTLLM-gen FMHA module fetches cubins;
+        False when FlashInfer gave up on one."""
         cubin_loader.configure_logging(sys.stderr, self.engine.cfg.log_file)
-        _trtllm_gen_batch_context_with_kv_cache(self.engine.cfg.cdn_timeout)
+        return _trtllm_gen_batch_context_with_kv_cache(self.engine.cfg.cdn_timeout)
 
-    def die(self) -> None:
+    def die(self, error: str = "") -> None:
         """The forward error fails only its batch (py_executor.py _forward_step serves on); the
         illegal access is sticky, so the loop's next CUDA call raises outside that handler and
         _event_loop_wrapper logs `Error in event loop: ...`: the executor thread is gone."""
-        for line in FORWARD_TRACE:
+        what = error.split(": ", 1)[-1] if error else FORWARD_ERROR
+        for line in FORWARD_TRACE[:-1]:
             self.engine.con.line(line, "err")
-        self.log("ERROR", f"Encountered an error in forward function: {FORWARD_ERROR}")
-        self.log("ERROR", f"Error in event loop: {FORWARD_ERROR}")
-        for line in EVENT_LOOP_TRACE:
+        self.engine.con.line(f"RuntimeError: {what}", "err")
+        self.log("ERROR", f"Encountered an error in forward function: {what}")
+        self.log("ERROR", f"Error in event loop: {what}")
+        for line in (*EVENT_LOOP_TRACE[:-1], f"RuntimeError: {what}"):
             self.log("ERROR", line)
 
 
-def _trtllm_gen_batch_context_with_kv_cache(timeout: float) -> None:
+def _trtllm_gen_batch_context_with_kv_cache(timeout: float) -> bool:
     """fmha/flashinfer_trtllm_gen.py: `flashinfer.prefill.get_trtllm_gen_fmha_module()` loads
     the TRTLLM-gen FMHA cubins through flashinfer/jit/cubin_loader.py on first use."""
     from watchdog.sim.engine import CUBINS
 
-    for name in CUBINS:
-        cubin_loader.get_cubin_callback(name.encode(), b"", timeout=timeout)
+    return all(
+        cubin_loader.get_cubin_callback(name.encode(), b"", timeout=timeout) for name in CUBINS
+    )
