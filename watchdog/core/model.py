@@ -82,6 +82,10 @@ class ServerSample:
     generation_tokens: float | None = None  # vllm:generation_tokens_total
     running: float | None = None  # vllm:num_requests_running, sglang:num_running_reqs
     waiting: float | None = None  # vllm:num_requests_waiting, sglang:num_queue_reqs
+    # Connections to the server's port holding a request with no answer yet, read from the
+    # kernel's socket table (sources/tcpdiag.py); None when it could not be read.
+    unanswered: int | None = None
+    unanswered_oldest_s: float | None = None
     error: str | None = None
 
 

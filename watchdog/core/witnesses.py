@@ -67,6 +67,7 @@ class Witnesses:
     health_failing: bool = False  # /health says the engine does not generate
     cdn_socket: str = ""
     blocking: str = ""  # a serving thread unchanged across dumps in a blocking frame
+    unanswered: str = ""  # requests the server's sockets hold with no answer yet
 
     def on_stats(self, ev: LogEvent, t: float, pending: bool, moving: bool) -> None:
         """A stats or batch line: the claim it makes, and what it says about the interval."""
@@ -82,7 +83,12 @@ class Witnesses:
         self.last_clock_t = t
 
     def on_server(self, v: ServerSample, t: float, advanced: bool) -> None:
-        """A /metrics scrape: counters that moved after a claim, gauges that say drained."""
+        """A /metrics scrape: counters that moved after a claim, gauges that say drained;
+        the requests its sockets hold unanswered (sources/tcpdiag.py)."""
+        self.unanswered = ""
+        if v.unanswered:
+            oldest = v.unanswered_oldest_s or 0.0
+            self.unanswered = f"{v.unanswered} request(s), the oldest waiting {oldest:.0f} s"
         c = self.claim
         if c is None or not c.pending or t <= c.t:
             return
@@ -143,6 +149,8 @@ class Witnesses:
             out.append(f"a serving thread blocked ({self.blocking})")
         if self.cdn_socket:
             out.append(f"a socket to the kernel CDN held open while serving ({self.cdn_socket})")
+        if self.unanswered:
+            out.append(f"requests accepted and not answered ({self.unanswered})")
         if self.health_failing:
             out.append("/health's one-token generation got no answer")
         if self.not_generating_t is not None and t - self.not_generating_t <= NOT_GENERATING_HOLD_S:

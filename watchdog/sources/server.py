@@ -10,12 +10,15 @@ import math
 from collections.abc import Iterable, Mapping
 from urllib.parse import SplitResult, urlsplit
 
+import psutil
+
 from watchdog.core.model import ServerSample
 from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
 from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.httpget import BodyTooLarge, HttpGet
+from watchdog.sources.tcpdiag import DiagUnavailable, PendingRequest, unanswered
 
 # A server's own /metrics is well under a megabyte (a few hundred series, plus histograms); a
 # body this large is something else, and reading it would stall the loop and eat memory.
@@ -129,6 +132,40 @@ def _shown_url(parts: SplitResult) -> str:
     return f"{parts.scheme}://{netloc}{parts.path}".rstrip("/")
 
 
+class InflightRequests:
+    """The server's unanswered requests, when it listens on this host (sources/tcpdiag.py).
+
+    Its own scrape connections are left out: a /metrics that hangs must not read as a
+    client's request. None when the server is remote or the kernel does not answer."""
+
+    LOCAL = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::", "ip6-localhost"})
+
+    def __init__(self, host: str, port: int) -> None:
+        local = host in self.LOCAL or host.startswith("127.")
+        self.port = port if local else None
+
+    def poll(self) -> list[PendingRequest] | None:
+        if self.port is None:
+            return None
+        try:
+            found = unanswered(self.port)
+            if found:
+                found = unanswered(self.port, exclude_peers=_own_ports(self.port))
+        except DiagUnavailable:
+            self.port = None  # the same on every tick: stop asking
+            return None
+        return found
+
+
+def _own_ports(port: int) -> set[int]:
+    """Local ports of this process's own connections to `port` (the scrape's)."""
+    try:
+        conns = psutil.Process().net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return set()
+    return {c.laddr.port for c in conns if c.raddr and c.raddr.port == port and c.laddr}
+
+
 class ServerSource:
     """Polls one server's HTTP API; never raises, marks itself down when /metrics fails."""
 
@@ -152,6 +189,8 @@ class ServerSource:
         self._owns_client = client is None
         self._client = client if client is not None else HttpGet(parts)
         self._unknown_samples = shipped_samples()
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        self._inflight = InflightRequests(parts.hostname or "", port)
 
     def _profile(self) -> EngineProfile | None:
         profile = self.engine.profile if self.engine is not None else None
@@ -169,6 +208,7 @@ class ServerSource:
         meaning = profile.health_meaning(health_status) if profile is not None else None
         if timed_out and profile is not None:
             meaning = profile.health_no_answer
+        pending = self._inflight.poll() if reachable else None
         return ServerSample(
             up=sample.up,
             health_status=health_status,
@@ -178,6 +218,10 @@ class ServerSource:
             generation_tokens=sample.generation_tokens,
             running=sample.running,
             waiting=sample.waiting,
+            unanswered=len(pending) if pending is not None else None,
+            unanswered_oldest_s=max((p.waiting_s for p in pending), default=None)
+            if pending
+            else None,
             error=sample.error,
         )
 
