@@ -43,3 +43,13 @@ def test_flashinfer_074_download_lines_are_read_as_the_cubin_stall() -> None:
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.startswith("cubin_download_stall"), proc.stdout
+
+
+def test_a_hung_step_after_an_idle_spell_leaves_the_stats_at_zero_running() -> None:
+    """What makes the server's own sockets a witness: every stats line after rank 1 was held
+    says 0 running, and only the 60 s broadcast line says the engine waits."""
+    got = events(LOGS / "r_vllm0320cpu_tp2_rank_held.log")
+    stats = [e for line, e in got if "Avg prompt throughput" in line]
+    assert stats and all(e.fields["running"] == 0 for e in stats)  # type: ignore[attr-defined]
+    lines = [line for line, _ in got]
+    assert any("No available shared memory broadcast block found in 60 seconds" in x for x in lines)

@@ -72,6 +72,19 @@ def read_cmdline(pid: int, proc_root: str = "/proc") -> list[str]:
     return _split_nul(_read_bytes(pid, "cmdline", proc_root))
 
 
+def tracer_pid(pid: int, proc_root: str = "/proc") -> int | None:
+    """The `TracerPid:` of /proc/PID/status: who ptrace-attached to it (0: nobody); None when
+    unreadable. py-spy pauses its target with ptrace, so a second py-spy (another watchdog, a
+    person's, a debugger) attached at that moment makes ours fail with EPERM, not a missing
+    capability."""
+    text = _read_bytes(pid, "status", proc_root).decode("utf-8", "replace")
+    for line in text.splitlines():
+        if line.startswith("TracerPid:"):
+            value = line.split()[1:2]
+            return int(value[0]) if value and value[0].isdigit() else None
+    return None
+
+
 def ns_pid(pid: int, proc_root: str = "/proc") -> list[int]:
     """The `NSpid:` line of /proc/PID/status: the PID in each nested PID namespace.
 
