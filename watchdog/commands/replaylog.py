@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from watchdog.core.generic import ClassVerdict
 from watchdog.core.logverdict import LogMatch
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import (
@@ -111,18 +112,26 @@ def report(
     as_json: bool,
     stuck: bool,
     events: Sequence[LogEvent] = (),
+    classes: ClassVerdict | None = None,
 ) -> int:
-    """Print what the log shows; exit 1 when it names a hang (or --stuck names one)."""
+    """Print what the log shows; exit 1 when it names a hang (or --stuck names one) or shows a
+    generic class (crashed, timed out, stalled, livelock: a signature that matches wins)."""
+    from watchdog.commands.replayclass import classes_json, print_classes
+
     cause = stuck_cause(ops)
     verdict = cause if stuck and not matches and cause is not None else None
+    shown = classes if not matches and verdict is None else None
     dumps = [e for e in events if e.kind == "stack"]
     if as_json:
         doc = _as_json(matches, ops, cause, verdict, dumps, stuck)
+        doc["generic"] = classes_json(shown)
         doc["parsed"] = dict(sorted(collections.Counter(e.kind for e in events).items()))
         print(json.dumps(doc, indent=2))
     else:
-        _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck)
-    return 1 if matches or verdict is not None else 0
+        _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck, shown is not None)
+        if shown is not None:
+            print_classes(shown)
+    return 1 if matches or verdict is not None or shown is not None else 0
 
 
 def _op_json(op: OpenOp) -> dict[str, Any]:
@@ -175,8 +184,9 @@ def _print_text(
     dumps: list[LogEvent],
     sigs: SignatureSet,
     stuck: bool,
+    classed: bool = False,
 ) -> None:
-    if not matches and verdict is None:
+    if not matches and verdict is None and not classed:
         print(
             f"no hang signature found in {records} log lines "
             "(log evidence alone; GPU and stack evidence need the live watchdog)"

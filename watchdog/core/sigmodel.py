@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core.generic import GenericClass
+
 EVIDENCE_KINDS = frozenset(
     {
         "log",
@@ -142,6 +144,9 @@ class SignatureSet:
     known_bad: tuple[KnownBad, ...]
     fallbacks: Mapping[str, Fallback]
     benign: tuple[Benign, ...] = ()
+    # The generic layer (crashed, timed_out, stalled, livelock: core/generic.py), consulted
+    # when no signature names the cause.
+    generic: tuple[GenericClass, ...] = ()
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -155,4 +160,5 @@ class SignatureSet:
         pats = [
             r.pattern.pattern for s in self.signatures for r in s.evidence + s.unless if r.pattern
         ]
+        pats += [r.pattern.pattern for c in self.generic for r in c.rules if r.pattern]
         return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
