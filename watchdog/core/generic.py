@@ -62,9 +62,11 @@ _TS = re.compile(
 )
 # A record's own prefix (level, date, time, logger, process tag) is not its content.
 _PREFIX = re.compile(
-    r"^(?:\(\S+ pid=\d+\)\s*)?(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
+    r"^(?:\S+ +\d+ \d{2}:\d{2}:\d{2} \S+ [\w.-]+\[\d+\]: )?"  # journald: `MON DD HH:MM:SS host unit[pid]: `
+    r"(?:\(\S+ pid=\d+\)\s*)?"  # vLLM's `(EngineCore_DP0 pid=7) `
+    r"(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
     r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w.]+:\d+\]\s*)?|"
-    r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,\d]*\S*\s*(?:-?\s*[A-Z]+\s*-?\s*)?)"
+    r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,\d]*\S*\s*(?:-?\s*[A-Z]+\s*-?\s*)?)?"
 )
 # Lines a healthy idle server repeats: health checks, access lines, metrics scrapes.
 _IDLE = re.compile(
@@ -155,7 +157,8 @@ def _rule(
     return None
 
 
-_FRAME = re.compile(r'^\s*File "[^"]+", line \d+, in ')
+# `, in NAME` may be wrapped onto the next line by a terminal (vllm-project/vllm#24430).
+_FRAME = re.compile(r'^\s*File "[^"]+", line \d*')
 _EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b(?::|$)")
 
 
