@@ -116,7 +116,7 @@ def report(
 ) -> int:
     """Print what the log shows; exit 1 when it names a hang (or --stuck names one) or shows a
     generic class (crashed, timed out, stalled, livelock: a signature that matches wins)."""
-    from watchdog.commands.replayclass import classes_json, print_classes
+    from watchdog.commands.replayclass import classes_json
 
     cause = stuck_cause(ops)
     verdict = cause if stuck and not matches and cause is not None else None
@@ -128,9 +128,7 @@ def report(
         doc["parsed"] = dict(sorted(collections.Counter(e.kind for e in events).items()))
         print(json.dumps(doc, indent=2))
     else:
-        _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck, shown is not None)
-        if shown is not None:
-            print_classes(shown)
+        _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck, shown)
     return 1 if matches or verdict is not None or shown is not None else 0
 
 
@@ -184,9 +182,11 @@ def _print_text(
     dumps: list[LogEvent],
     sigs: SignatureSet,
     stuck: bool,
-    classed: bool = False,
+    classes: ClassVerdict | None = None,
 ) -> None:
-    if not matches and verdict is None and not classed:
+    from watchdog.commands.replayclass import print_classes
+
+    if not matches and verdict is None and classes is None:
         print(
             f"no hang signature found in {records} log lines "
             "(log evidence alone; GPU and stack evidence need the live watchdog)"
@@ -200,6 +200,8 @@ def _print_text(
         for line in m.lines:
             print(f"  matched: {line[:300]}")
         print(f"  fix: {s.fix}")
+    if classes is not None:  # the verdict first, then what the log holds
+        print_classes(classes)
     for d in dumps:
         print(f"stack in the log: {d.line}")
     for op in ops:

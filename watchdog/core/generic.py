@@ -62,16 +62,12 @@ _TS = re.compile(
 )
 # A record's own prefix (level, date, time, logger, process tag) is not its content.
 _PREFIX = re.compile(
-    r"^(?:\S+ +\d+ \d{2}:\d{2}:\d{2} \S+ [\w.-]+\[\d+\]: )?"  # journald: `MON DD HH:MM:SS host unit[pid]: `
+    # journald: `MON DD HH:MM:SS host unit[pid]: `
+    r"^(?:\S+ +\d+ \d{2}:\d{2}:\d{2} \S+ [\w.-]+\[\d+\]: )?"
     r"(?:\(\S+ pid=\d+\)\s*)?"  # vLLM's `(EngineCore_DP0 pid=7) `
     r"(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
     r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w.]+:\d+\]\s*)?|"
     r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,\d]*\S*\s*(?:-?\s*[A-Z]+\s*-?\s*)?)?"
-)
-# Lines a healthy idle server repeats: health checks, access lines, metrics scrapes.
-_IDLE = re.compile(
-    r'"(?:GET|POST|HEAD) /|Called check_health|/health|/metrics|Running: 0 reqs, '
-    r"(?:Swapped: 0 reqs, )?(?:Waiting|Pending): 0 reqs|#running-req: 0\b|^\s*$"
 )
 
 
@@ -120,10 +116,11 @@ def find_classes(
     `events` are the parsed events in log order; `tail` the log's last records, for the
     classes that read every line (livelock)."""
     recent = after_progress(events)
+    moving = frozenset(content(e.line) for e in events if _moving(e))
     found = []
     for cls in classes:
         for rule in cls.rules:
-            hit = _rule(rule, cls, recent, tail)
+            hit = _rule(rule, cls, recent, tail, moving)
             if hit is not None:
                 found.append(hit)
                 break
@@ -135,7 +132,11 @@ def _near_miss(cls: GenericClass, line: str) -> bool:
 
 
 def _rule(
-    rule: GenericRule, cls: GenericClass, recent: list[LogEvent], tail: Sequence[str]
+    rule: GenericRule,
+    cls: GenericClass,
+    recent: list[LogEvent],
+    tail: Sequence[str],
+    moving: frozenset[str] = frozenset(),
 ) -> GenericFinding | None:
     if rule.kind == "line" and rule.pattern is not None:
         for ev in recent:
@@ -143,7 +144,7 @@ def _rule(
                 return GenericFinding(cls, rule.label, ev.line)
         return None
     if rule.kind == "traceback_end":
-        return _traceback_end(rule, cls, recent, tail)
+        return _traceback_end(rule, cls, recent, tail, moving)
     if rule.kind == "repeat" and rule.pattern is not None:
         hits = [e.line for e in recent if rule.pattern.search(e.line)]
         hits = [h for h in hits if not _near_miss(cls, h)]
@@ -163,16 +164,22 @@ _EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|
 
 
 def _traceback_end(
-    rule: GenericRule, cls: GenericClass, recent: list[LogEvent], tail: Sequence[str]
+    rule: GenericRule,
+    cls: GenericClass,
+    recent: list[LogEvent],
+    tail: Sequence[str],
+    moving: frozenset[str],
 ) -> GenericFinding | None:
     """A Python traceback that ends the log with its exception line (its header may be cut,
     as when a poster or a log rotation dropped `Traceback (most recent call last):`)."""
+    body = [content(t) for t in tail if t.strip()][-max(rule.count, 3) - 8 :]
     dumps = [e for e in recent if e.kind == "stack" and e.fields.get("format") == "traceback"]
     for ev in reversed(dumps):
         error = str(ev.fields.get("exception") or "")
-        if error and not _near_miss(cls, error):
+        # A dump's event may be emitted after lines that followed it; with the log's tail at
+        # hand, the exception must be among its last lines (nothing moved on after it).
+        if error and not _near_miss(cls, error) and (not tail or _ends(error, body, moving)):
             return GenericFinding(cls, rule.label, error, "a traceback after the last progress")
-    body = [content(t) for t in tail if t.strip()][-max(rule.count, 3) - 8 :]
     frames = [i for i, b in enumerate(body) if _FRAME.match(b)]
     if len(frames) < 2 or frames[-1] < len(body) - 4:
         return None  # the log does not end inside a traceback
@@ -184,6 +191,13 @@ def _traceback_end(
     return GenericFinding(
         cls, rule.label, body[frames[-1]], "the log ends inside a traceback (its end is cut)"
     )
+
+
+def _ends(error: str, body: list[str], moving: frozenset[str]) -> bool:
+    """Is `error` among the log's last lines with no progress line after it?"""
+    if error not in body:
+        return False
+    return not any(b in moving for b in body[body.index(error) + 1 :])
 
 
 def _stats_stall(
@@ -227,7 +241,7 @@ def _same_lines(rule: GenericRule, cls: GenericClass, tail: Sequence[str]) -> Ge
             if body[i : i + period] != cycle:
                 break
             rounds += 1
-        if rounds >= rule.count and not any(_IDLE.search(c) or _near_miss(cls, c) for c in cycle):
+        if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
             line = tail[-1].strip()
             return GenericFinding(cls, rule.label, line, f"{rounds} times in a row at the end")
     return None
