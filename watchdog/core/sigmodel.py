@@ -81,6 +81,9 @@ class Signature:
     evidence: tuple[Rule, ...]
     unless: tuple[Rule, ...] = ()
     origin: str = ""
+    # The signature names a death (engine gone, worker failed): when another signature's line
+    # comes first in a log, that one is the cause and this its consequence (core/logverdict.py).
+    consequence: bool = False
     # Per-engine wording (`[signature.engine.NAME]`): title, fix and commands as that engine
     # spells them; the cause and its evidence stay engine-neutral.
     engines: Mapping[str, EngineText] = field(default_factory=dict)

@@ -163,6 +163,7 @@ _SIG_KEYS = {
     "evidence",
     "unless",
     "engine",
+    "consequence",
 }
 _RULE_KEYS = {
     "kind",
@@ -238,6 +239,7 @@ def _signature(e: Any, where: str, origin: str) -> Signature:
             _rule(r, f"{where}: unless[{i}]") for i, r in enumerate(array(e, "unless", where))
         ),
         origin=origin,
+        consequence=get(e, "consequence", bool, where, False),
     )
 
 
