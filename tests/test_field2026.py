@@ -66,7 +66,10 @@ def test_xid_119_gsp_timeout_names_the_gpu_firmware(sigs: SignatureSet) -> None:
 # --- SGLang HiCache ------------------------------------------------------------------------
 
 
-WATCHDOG = "[2026-06-01 13:36:14 TP5] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)\n"
+WATCHDOG = (
+    "[2026-06-01 13:36:14 TP5] Scheduler watchdog timeout "
+    "(self.watchdog_timeout=300, self.soft=False)\n"
+)
 
 
 def test_hicache_pool_full_of_evictable_entries_names_the_eviction_deadlock(
@@ -210,10 +213,10 @@ def test_v0_no_memory_for_cache_blocks_is_a_crash(sigs: SignatureSet, tmp_path) 
     from watchdog.commands.replayclass import log_classes
 
     text = (
-        "INFO 08-29 20:49:14 llm_engine.py:196] # GPU blocks: 0, # CPU blocks: 512\n"
-        "ValueError: No available memory for the cache blocks. Try increasing "
-        "`gpu_memory_utilization` when initializing the engine.\n"
-    ).encode()
+        b"INFO 08-29 20:49:14 llm_engine.py:196] # GPU blocks: 0, # CPU blocks: 512\n"
+        b"ValueError: No available memory for the cache blocks. Try increasing "
+        b"`gpu_memory_utilization` when initializing the engine.\n"
+    )
     _, evs = read_log(text, sigs)
     cv = log_classes(evs, text, sigs)
     assert cv is not None and cv.primary.cls.id == "crashed"
