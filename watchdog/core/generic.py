@@ -65,6 +65,7 @@ _PREFIX = re.compile(
     # journald: `MON DD HH:MM:SS host unit[pid]: `
     r"^(?:\S+ +\d+ \d{2}:\d{2}:\d{2} \S+ [\w.-]+\[\d+\]: )?"
     r"(?:\(\S+ pid=\d+\)\s*)?"  # vLLM's `(EngineCore_DP0 pid=7) `
+    r"(?:\[rank\d+\]:\s*)?"  # torchrun's per-rank `[rank0]: ` (pytorch/pytorch#132644)
     r"(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
     r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w.]+:\d+\]\s*)?|"
     r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,\d]*\S*\s*(?:-?\s*[A-Z]+\s*-?\s*)?)?"
