@@ -64,7 +64,8 @@ _TS = re.compile(
 _PREFIX = re.compile(
     # journald: `MON DD HH:MM:SS host unit[pid]: `
     r"^(?:\S+ +\d+ \d{2}:\d{2}:\d{2} \S+ [\w.-]+\[\d+\]: )?"
-    r"(?:\(\S+ pid=\d+\)\s*)?"  # vLLM's `(EngineCore_DP0 pid=7) `
+    # vLLM's process tags, nested and with ranks: `(EngineCore_0 pid=7) (VllmWorker rank=0 pid=9) `
+    r"(?:\((?:[^()]|\([^()]*\))*\bpid=\d+[^()]*\)\s*)*"
     r"(?:\[rank\d+\]:\s*)?"  # torchrun's per-rank `[rank0]: ` (pytorch/pytorch#132644)
     r"(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
     r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w.]+:\d+\]\s*)?|"
@@ -159,8 +160,9 @@ def _rule(
     return None
 
 
-# `, in NAME` may be wrapped onto the next line by a terminal (vllm-project/vllm#24430).
-_FRAME = re.compile(r'^\s*File "[^"]+", line \d*')
+# `, in NAME` (or `, line N`) may be wrapped onto the next line by a terminal
+# (vllm-project/vllm#24430, #20226).
+_FRAME = re.compile(r'^\s*File "[^"]+"(?:, line \d*|\s*$)')
 _EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b(?::|$)")
 
 
