@@ -256,10 +256,19 @@ def plain_log(
     data: bytes, sigs: SignatureSet, as_json: bool, *, stuck: bool = False, patterns: Any = None
 ) -> int:
     """Name what a plain log shows: signatures, stacks it holds, and what it ended inside."""
+    from watchdog.commands.replayclass import log_classes
     from watchdog.commands.replaylog import report, scan_log
 
     scan = scan_log(data, sigs, patterns=patterns)
     matches = name_signatures(scan.events, sigs)
+    classes = None if matches else log_classes(scan.events, data, sigs)
     return report(
-        scan.records, scan.ops, matches, sigs, as_json=as_json, stuck=stuck, events=scan.events
+        scan.records,
+        scan.ops,
+        matches,
+        sigs,
+        as_json=as_json,
+        stuck=stuck,
+        events=scan.events,
+        classes=classes,
     )

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from watchdog.core.generic import ClassVerdict
 from watchdog.core.logverdict import LogMatch
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import (
@@ -112,18 +113,24 @@ def report(
     as_json: bool,
     stuck: bool,
     events: Sequence[LogEvent] = (),
+    classes: ClassVerdict | None = None,
 ) -> int:
-    """Print what the log shows; exit 1 when it names a hang (or --stuck names one)."""
+    """Print what the log shows; exit 1 when it names a hang (or --stuck names one) or shows a
+    generic class (crashed, timed out, stalled, livelock: a signature that matches wins)."""
+    from watchdog.commands.replayclass import classes_json
+
     cause = stuck_cause(ops)
     verdict = cause if stuck and not matches and cause is not None else None
+    shown = classes if not matches and verdict is None else None
     dumps = [e for e in events if e.kind == "stack"]
     if as_json:
         doc = _as_json(matches, ops, cause, verdict, dumps, stuck)
+        doc["generic"] = classes_json(shown)
         doc["parsed"] = dict(sorted(collections.Counter(e.kind for e in events).items()))
         print(json.dumps(doc, indent=2))
     else:
-        _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck)
-    return 1 if matches or verdict is not None else 0
+        _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck, shown)
+    return 1 if matches or verdict is not None or shown is not None else 0
 
 
 def _op_json(op: OpenOp) -> dict[str, Any]:
@@ -176,8 +183,11 @@ def _print_text(
     dumps: list[LogEvent],
     sigs: SignatureSet,
     stuck: bool,
+    classes: ClassVerdict | None = None,
 ) -> None:
-    if not matches and verdict is None:
+    from watchdog.commands.replayclass import print_classes
+
+    if not matches and verdict is None and classes is None:
         print(
             f"no hang signature found in {records} log lines "
             "(log evidence alone; GPU and stack evidence need the live watchdog)"
@@ -191,6 +201,8 @@ def _print_text(
         for line in m.lines:
             print(f"  matched: {line[:300]}")
         print(f"  fix: {s.fix}")
+    if classes is not None:  # the verdict first, then what the log holds
+        print_classes(classes)
     for d in dumps:
         print(f"stack in the log: {d.line}")
     for op in ops:

@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, SOURCE, UNCHANGED
+from watchdog.core.genericlive import with_generic
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.rankprogress import describe_progress, rank_progress
@@ -115,13 +116,15 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         )
     if state == "stalled":
         reason += _unknown_engine(obs)
-    return Verdict(
+    verdict = Verdict(
         state=state,
         reason=reason,
         evidence=evidence,
         fix=STALLED_FIX if state == "stalled" else "",
         **common,  # type: ignore[arg-type]
     )
+    # No signature named a cause: the class the live log shows, if any (core/genericlive.py).
+    return with_generic(verdict, window, sigs)
 
 
 def _stopped(window: Window) -> str | None:

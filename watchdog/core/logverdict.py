@@ -64,7 +64,28 @@ def name_signatures(
         m = _match(sig, events, stacks, stall, max_lines)
         if m is not None:
             found.append(m)
-    return sorted(found, key=lambda m: (m.signature.priority, m.confidence), reverse=True)
+    ranked = sorted(found, key=lambda m: (m.signature.priority, m.confidence), reverse=True)
+    return causes_first(ranked, events)
+
+
+def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[LogMatch]:
+    """A death (a `consequence` signature) that a named cause's line precedes in the log ranks
+    below that cause: a worker killed by its own NCCL watchdog after a collective timed out is a
+    collective hang, and gloo's timeout before `WorkerProc failed to start` is the network."""
+    first = {}
+    for m in ranked:
+        at = [i for i, e in enumerate(events) if e.line in m.lines]
+        first[m.signature.id] = min(at) if at else len(events)
+    causes = [m for m in ranked if not m.signature.consequence]
+    out = list(ranked)
+    for m in ranked:
+        if not m.signature.consequence:
+            continue
+        earlier = [c for c in causes if first[c.signature.id] < first[m.signature.id]]
+        if earlier:
+            out.remove(m)
+            out.insert(out.index(earlier[-1]) + 1, m)
+    return out
 
 
 def _holds(rule: Rule, events: list[LogEvent], stacks: tuple[StackSample, ...]) -> list[str]:

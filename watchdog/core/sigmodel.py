@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core.generic import GenericClass
+
 EVIDENCE_KINDS = frozenset(
     {
         "log",
@@ -79,6 +81,9 @@ class Signature:
     evidence: tuple[Rule, ...]
     unless: tuple[Rule, ...] = ()
     origin: str = ""
+    # The signature names a death (engine gone, worker failed): when another signature's line
+    # comes first in a log, that one is the cause and this its consequence (core/logverdict.py).
+    consequence: bool = False
     # Per-engine wording (`[signature.engine.NAME]`): title, fix and commands as that engine
     # spells them; the cause and its evidence stay engine-neutral.
     engines: Mapping[str, EngineText] = field(default_factory=dict)
@@ -142,6 +147,9 @@ class SignatureSet:
     known_bad: tuple[KnownBad, ...]
     fallbacks: Mapping[str, Fallback]
     benign: tuple[Benign, ...] = ()
+    # The generic layer (crashed, timed_out, stalled, livelock: core/generic.py), consulted
+    # when no signature names the cause.
+    generic: tuple[GenericClass, ...] = ()
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -155,4 +163,5 @@ class SignatureSet:
         pats = [
             r.pattern.pattern for s in self.signatures for r in s.evidence + s.unless if r.pattern
         ]
+        pats += [r.pattern.pattern for c in self.generic for r in c.rules if r.pattern]
         return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from watchdog.core.genericparse import merge_generic, parse_generic
 from watchdog.core.tomlcheck import (
     SignatureError,
     array,
@@ -95,6 +96,7 @@ def _merge(base: SignatureSet, more: SignatureSet) -> SignatureSet:
         tuple(bad.values()),
         {**base.fallbacks, **more.fallbacks},
         base.benign + more.benign,
+        merge_generic(base.generic, more.generic),
     )
 
 
@@ -105,7 +107,7 @@ def _parse(text: str, origin: str) -> SignatureSet:
         raise SignatureError(f"{origin}: not valid TOML: {exc}") from exc
     except RecursionError as exc:  # `x = [[[[...` past the parser's depth limit
         raise SignatureError(f"{origin}: TOML nested too deeply to be a signature file") from exc
-    check_keys(doc, {"schema", "signature", "known_bad", "fallback", "benign"}, origin)
+    check_keys(doc, {"schema", "signature", "known_bad", "fallback", "benign", "generic"}, origin)
     if doc.get("schema", 1) != 1:
         raise SignatureError(
             f"{origin}: key 'schema': unsupported version {doc['schema']!r} (expected 1)"
@@ -129,7 +131,7 @@ def _parse(text: str, origin: str) -> SignatureSet:
     benign = tuple(
         _benign(e, f"{origin}: benign[{i}]") for i, e in enumerate(array(doc, "benign", origin))
     )
-    return SignatureSet(tuple(sigs), tuple(bad), fallbacks, benign)
+    return SignatureSet(tuple(sigs), tuple(bad), fallbacks, benign, parse_generic(doc, origin))
 
 
 BENIGN_STATES = frozenset({"loading", "compiling", "serving"})
@@ -161,6 +163,7 @@ _SIG_KEYS = {
     "evidence",
     "unless",
     "engine",
+    "consequence",
 }
 _RULE_KEYS = {
     "kind",
@@ -236,6 +239,7 @@ def _signature(e: Any, where: str, origin: str) -> Signature:
             _rule(r, f"{where}: unless[{i}]") for i, r in enumerate(array(e, "unless", where))
         ),
         origin=origin,
+        consequence=get(e, "consequence", bool, where, False),
     )
 
 

@@ -1,0 +1,239 @@
+"""The generic layer (core/generic.py): crashed, timed out, stalled and livelock from a log alone,
+their near misses, `replay` exit codes per class, and the same classes in a live verdict."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.obsbuilder import Timeline, events, final, procs
+from watchdog.commands.replayclass import log_classes
+from watchdog.commands.replaylog import read_log
+from watchdog.core.logverdict import name_signatures
+from watchdog.core.model import ServerSample
+from watchdog.core.signatures import SignatureError, SignatureSet, load_file, load_signatures
+
+CORPUS = Path(__file__).parent / "data" / "corpus"
+
+
+@pytest.fixture(scope="module")
+def sigs() -> SignatureSet:
+    return load_signatures()
+
+
+def replay(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A real `python -m watchdog replay FILE` (no network: a plain log is read only)."""
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", "replay", str(path), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def shown(text: str, sigs: SignatureSet) -> str | None:
+    data = text.encode()
+    _, evs = read_log(data, sigs)
+    if name_signatures(evs, sigs):
+        return "signature"
+    cv = log_classes(evs, data, sigs)
+    return cv.primary.cls.id if cv is not None else None
+
+
+# --- each class from a real excerpt (dev split), through the real CLI ----------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "cls", "state"),
+    [
+        ("n37_vllm6252_faulthandler_segfault_flashinfer.log", "crashed", "dead"),
+        ("g005_trt5389_failed_to_initialize_executor_gemm.log", "crashed", "dead"),
+        ("g016_vllm5376_journald_cjk_month_api_traceback.log", "crashed", "dead"),
+        # A timeout whose traceback ends the process: the class is the timeout, the state dead.
+        ("n57_ascend2264_shm_acquire_read_timeout.log", "timed_out", "dead"),
+        ("n20_trl3157_c10d_waitforinput_timeout.log", "timed_out", "hung"),
+        ("n88_vllm17972_running1_zero_throughput_health200.log", "stalled", "stalled"),
+        ("s_d_svd379_shm_broadcast_with_api_traffic.log", "stalled", "stalled"),
+    ],
+)
+def test_replay_reports_the_class_its_line_and_exit_1(name: str, cls: str, state: str) -> None:
+    done = replay(CORPUS / name)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.startswith(f"{cls} (state {state}, no signature names the cause)")
+    assert "what would name the cause:" in done.stdout
+    assert "run: hang-watchdog diagnose --pid PID --log-file LOG" in done.stdout
+    doc = json.loads(replay(CORPUS / name, "--json").stdout)
+    assert doc["matches"] == [] and doc["generic"]["class"] == cls
+    assert doc["generic"]["state"] == state and doc["generic"]["line"]
+
+
+def test_a_signature_that_matches_wins_over_the_class() -> None:
+    done = replay(CORPUS / "n01_sgl7783_watchdog_timeout_pyspy_missing.log", "--json")
+    doc = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert doc["matches"][0]["signature"] == "sglang_scheduler_watchdog_timeout"
+    assert doc["generic"] is None
+
+
+def test_livelock_from_lines_that_repeat_with_no_progress(tmp_path: Path) -> None:
+    # SGLang's retract line (srt/managers/scheduler.py update_running_batch) every step, no
+    # batch finishing: the scheduler turns without making progress.
+    line = (
+        "[2026-03-02 10:00:{:02d} TP0] KV cache pool is full. Retract requests. "
+        "#retracted_reqs: 1, #new_token_ratio: 0.7000 -> 1.0000"
+    )
+    log = tmp_path / "retract.log"
+    log.write_text("\n".join(line.format(s) for s in range(12)) + "\n")
+    done = replay(log)
+    assert done.returncode == 1
+    assert done.stdout.startswith("livelock (state stalled")
+    assert "12 times in a row at the end" in done.stdout
+
+
+# --- near misses: each must stay quiet ------------------------------------------------------
+
+
+def test_handled_cuda_oom_that_the_server_recovers_from_is_quiet(sigs: SignatureSet) -> None:
+    text = (
+        "ERROR 03-02 10:00:00 [serving_chat.py:250] Error in chat completion: "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.19 GiB of which 1.06 GiB is free.\n"
+        'INFO:     127.0.0.1:50000 - "POST /v1/chat/completions HTTP/1.1" 500 '
+        "Internal Server Error\n"
+        "INFO 03-02 10:00:10 [loggers.py:111] Engine 000: Avg prompt throughput: 120.0 tokens/s, "
+        "Avg generation throughput: 340.5 tokens/s, Running: 3 reqs, Waiting: 0 reqs, GPU KV "
+        "cache usage: 41.0%, Prefix cache hit rate: 0.0%\n"
+    )
+    assert shown(text, sigs) is None
+    # The same OOM as the log's last word is a crash.
+    assert shown(text.split("INFO:")[0], sigs) == "crashed"
+
+
+def test_deprecation_warning_that_mentions_a_timeout_is_quiet(sigs: SignatureSet) -> None:
+    text = (
+        "/usr/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py:4631: "
+        "FutureWarning: `TimeoutError` raised by barrier() is deprecated and will be "
+        "DistBackendError; a barrier timed out after timeout=600 s raises it\n"
+        "INFO 03-02 10:00:00 [api_server.py:1000] Starting vLLM API server 0 on "
+        "http://0.0.0.0:8000\n"
+    )
+    assert shown(text, sigs) is None
+    # Without the warning category the same words are a timeout.
+    assert shown("ERROR a barrier timed out after 600 s\n", sigs) == "timed_out"
+
+
+def test_a_healthy_servers_periodic_idle_lines_are_quiet(sigs: SignatureSet) -> None:
+    idle = (CORPUS / "n48_vllm16361_idle_stats.log").read_text()
+    access = "".join(
+        f'INFO:     10.0.0.{i % 2}:4000{i % 2} - "GET /health HTTP/1.1" 200 OK\n' for i in range(20)
+    )
+    assert shown(idle + access, sigs) is None
+    # vLLM V0's client poll repeats the same way when idle: no livelock either.
+    poll = (CORPUS / "g051_neuron1163_mqllmengine_waiting_repeats.log").read_text()
+    assert shown(poll, sigs) is None
+
+
+def test_a_traceback_the_server_moves_past_is_quiet(sigs: SignatureSet) -> None:
+    text = (
+        "ERROR 03-02 10:00:00 [serving_chat.py:250] Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3.12/site-packages/vllm/entrypoints/openai/serving_chat.py", '
+        "line 240, in create_chat_completion\n"
+        "    raise ValueError(msg)\n"
+        "ValueError: This model's maximum context length is 8192 tokens.\n"
+        "INFO 03-02 10:00:10 [loggers.py:111] Engine 000: Avg prompt throughput: 12.0 tokens/s, "
+        "Avg generation throughput: 30.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n"
+    )
+    assert shown(text, sigs) is None
+    assert shown(text.split("INFO")[0], sigs) == "crashed"
+
+
+def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
+    text = (
+        "[rank0]: RuntimeError: rpc call timed out after 300 s\nSegmentation fault (core dumped)\n"
+    )
+    data = text.encode()
+    _, evs = read_log(data, sigs)
+    cv = log_classes(evs, data, sigs)
+    assert cv is not None and cv.primary.cls.id == "timed_out" and cv.state == "dead"
+
+
+# --- the data: parsed, validated, replaceable -----------------------------------------------
+
+
+def test_a_bad_generic_class_is_an_error_naming_file_entry_and_key(tmp_path: Path) -> None:
+    bad = tmp_path / "mine.toml"
+    bad.write_text('[[generic]]\nid = "mine"\n[[generic.rule]]\nkind = "sometimes"\n')
+    with pytest.raises(SignatureError, match=r"mine\.toml: generic 'mine': rule\[0\]: key 'kind'"):
+        load_file(bad)
+    bad.write_text(
+        '[[generic]]\nid = "mine"\nstate = "sad"\n[[generic.rule]]\nkind = "same_lines"\n'
+    )
+    with pytest.raises(SignatureError, match=r"generic 'mine': key 'state'"):
+        load_file(bad)
+    bad.write_text('[[generic]]\nid = "mine"\n[[generic.rule]]\nkind = "line"\n')
+    with pytest.raises(SignatureError, match=r"rule\[0\]: key 'pattern'"):
+        load_file(bad)
+
+
+def test_an_operator_class_with_a_shipped_id_replaces_it_in_place(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text(
+        '[[generic]]\nid = "crashed"\nstate = "dead"\ntitle = "ours"\n'
+        "[[generic.rule]]\nkind = \"line\"\npattern = 'OUR_FATAL'\n"
+    )
+    merged = load_signatures([mine])
+    ids = [c.id for c in merged.generic]
+    assert ids == [c.id for c in load_signatures().generic]
+    crashed = next(c for c in merged.generic if c.id == "crashed")
+    assert crashed.title == "ours" and len(crashed.rules) == 1
+    assert shown("boom OUR_FATAL\n", merged) == "crashed"
+    assert shown("Fatal Python error: Segmentation fault\n", merged) is None
+
+
+def test_generic_patterns_keep_their_lines_in_the_live_source(sigs: SignatureSet) -> None:
+    keep = sigs.log_keep_pattern()
+    assert keep is not None and keep.search("NVRM: Xid (PCI:0000:10:00): 31, pid=1")
+
+
+# --- the same classes in a live verdict (run / diagnose) ------------------------------------
+
+
+def test_live_crash_line_after_the_last_progress_is_reported(sigs: SignatureSet) -> None:
+    tl = Timeline(procs=procs(), server=ServerSample(up=True, health_status=200))
+    tl.ticks(3)
+    crash = events(
+        [
+            "(Worker_TP1 pid=7) ERROR 03-02 10:00:00 RuntimeError: CUDA error: an illegal"
+            " memory access was encountered"
+        ],
+        sigs,
+    )
+    tl.tick(logs=crash)
+    tl.ticks(2)
+    v = final(tl.obs, sigs)
+    assert v.signature is None and v.state == "dead"
+    assert (
+        v.evidence[0].kind == "generic:crashed" and "illegal memory access" in v.evidence[0].detail
+    )
+    assert "py-spy" in v.fix and v.commands
+
+
+def test_live_line_the_server_progressed_past_is_not_reported(sigs: SignatureSet) -> None:
+    tl = Timeline(procs=procs(), server=ServerSample(up=True, health_status=200))
+    oom = events(["ERROR 03-02 10:00:00 torch.OutOfMemoryError: CUDA out of memory."], sigs)
+    tl.tick(logs=oom)
+    stats = events(
+        [
+            "INFO 03-02 10:00:10 [loggers.py:111] Engine 000: Avg prompt throughput: 10.0 tokens/s,"
+            " Avg generation throughput: 50.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs"
+        ],
+        sigs,
+    )
+    tl.tick(logs=stats)
+    tl.ticks(2)
+    v = final(tl.obs, sigs)
+    assert not any(e.kind.startswith("generic:") for e in v.evidence), v

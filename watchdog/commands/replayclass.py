@@ -1,0 +1,55 @@
+"""What `replay` of a plain log says when no signature names a cause: the generic class it
+shows (core/generic.py), its decisive line, and the live command that would name the cause."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from watchdog.core.generic import ClassVerdict, class_verdict, find_classes
+from watchdog.core.model import LogEvent
+from watchdog.core.signatures import SignatureSet
+from watchdog.sources.linesplit import split_records
+from watchdog.sources.logparse import clean_line
+
+TAIL_LINES = 400  # livelock and a cut traceback are read from the log's last lines only
+
+
+def tail_records(data: bytes, n: int = TAIL_LINES) -> list[str]:
+    """The cleaned records of the log's last `n` lines."""
+    lines = data[-256 * n :].decode("utf-8", errors="replace").splitlines()[-n:]
+    return [rec for line in lines for rec in split_records(clean_line(line))]
+
+
+def log_classes(events: Sequence[LogEvent], data: bytes, sigs: SignatureSet) -> ClassVerdict | None:
+    """The generic class a plain log shows, or None."""
+    return class_verdict(find_classes(events, sigs.generic, tail_records(data)))
+
+
+def classes_json(verdict: ClassVerdict | None) -> dict[str, Any] | None:
+    if verdict is None:
+        return None
+    p = verdict.primary
+    return {
+        "class": p.cls.id,
+        "state": verdict.state,
+        "title": p.cls.title,
+        "rule": p.label,
+        "line": p.line,
+        "detail": p.detail or None,
+        "also": [f.cls.id for f in verdict.findings[1:]],
+        "needs": p.cls.needs,
+        "commands": list(p.cls.commands),
+    }
+
+
+def print_classes(verdict: ClassVerdict) -> None:
+    p = verdict.primary
+    detail = f" ({p.detail})" if p.detail else ""
+    print(f"{p.cls.id} (state {verdict.state}, no signature names the cause): {p.cls.title}")
+    print(f"  {p.label}{detail}: {p.line[:300]}")
+    for f in verdict.findings[1:]:
+        print(f"  also {f.cls.id}: {f.label}: {f.line[:200]}")
+    print(f"  what would name the cause: {p.cls.needs}")
+    for cmd in p.cls.commands:
+        print(f"  run: {cmd}")

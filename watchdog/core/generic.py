@@ -1,0 +1,267 @@
+"""The generic layer of knowledge: crashed, timed out, stalled, livelock, read from log lines alone.
+
+A generic class needs no signature: it says *that* something is wrong (with the line that shows
+it) where no specific signature says *why*. The classes are data (`[[generic]]` in
+signatures.toml, parsed by core/genericparse.py); this module only evaluates them, pure (no
+clock, no I/O). A line that the server moved past (progress after it: a stats line with
+throughput, a step it ran, a startup milestone) is recovered from, not a verdict, so a handled
+CUDA OOM or a retried timeout stays quiet.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from watchdog.core.model import LogEvent
+
+GENERIC_KINDS = frozenset({"line", "repeat", "stats_stall", "same_lines", "traceback_end"})
+GENERIC_STATES = frozenset({"dead", "hung", "stalled"})
+# Milestones after which the server is up: a failure logged before them was recovered from.
+READY_MILESTONES = frozenset({"engine_ready", "startup_complete", "graph_captured"})
+
+
+@dataclass(frozen=True)
+class GenericRule:
+    """One way a generic class shows in a log."""
+
+    kind: str
+    label: str
+    pattern: re.Pattern[str] | None = None
+    count: int = 1  # repeat / stats_stall / same_lines: how many lines at least
+    min_s: float = 0.0  # stats_stall: the span the lines cover by their own timestamps
+
+
+@dataclass(frozen=True)
+class GenericClass:
+    """A class of failure that generalises across causes (crashed, timed_out, ...)."""
+
+    id: str
+    state: str
+    title: str
+    needs: str  # the live evidence that would name the cause
+    commands: tuple[str, ...]
+    rules: tuple[GenericRule, ...]
+    unless: tuple[re.Pattern[str], ...] = ()  # a line matching one of these is a near miss
+    origin: str = ""
+
+
+@dataclass(frozen=True)
+class GenericFinding:
+    """One generic class a log shows, with its decisive line."""
+
+    cls: GenericClass
+    label: str
+    line: str
+    detail: str = ""
+
+
+_TS = re.compile(
+    r"(?:(?P<y>\d{4})-)?(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+)
+# A record's own prefix (level, date, time, logger, process tag) is not its content.
+_PREFIX = re.compile(
+    # journald: `MON DD HH:MM:SS host unit[pid]: `
+    r"^(?:\S+ +\d+ \d{2}:\d{2}:\d{2} \S+ [\w.-]+\[\d+\]: )?"
+    # vLLM's process tags, nested and with ranks: `(EngineCore_0 pid=7) (VllmWorker rank=0 pid=9) `
+    r"(?:\((?:[^()]|\([^()]*\))*\bpid=\d+[^()]*\)\s*)*"
+    r"(?:\[rank\d+\]:\s*)?"  # torchrun's per-rank `[rank0]: ` (pytorch/pytorch#132644)
+    r"(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
+    r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w.]+:\d+\]\s*)?|"
+    r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,\d]*\S*\s*(?:-?\s*[A-Z]+\s*-?\s*)?)?"
+)
+
+
+def timestamp_s(line: str) -> float | None:
+    """Seconds of a log line's own timestamp (month and day approximate), or None."""
+    m = _TS.search(line[:80])
+    if m is None:
+        return None
+    days = int(m["mo"]) * 31 + int(m["d"])
+    return ((days * 24 + int(m["h"])) * 60 + int(m["mi"])) * 60.0 + int(m["s"])
+
+
+def _moving(ev: LogEvent) -> bool:
+    """Does this event show the server making progress?"""
+    if ev.kind == "milestone":
+        return ev.fields.get("name") in READY_MILESTONES
+    if ev.kind != "stats":
+        return False
+    f = ev.fields
+    if f.get("stepped"):
+        return True
+    return float(f.get("prompt_tps") or 0) + float(f.get("gen_tps") or 0) > 0
+
+
+def _pending_zero(ev: LogEvent) -> bool:
+    f = ev.fields
+    if ev.kind != "stats" or f.get("stepped"):
+        return False
+    if f.get("prompt_tps") is None and f.get("gen_tps") is None:
+        return False
+    pending = float(f.get("running") or 0) + float(f.get("waiting") or 0)
+    return pending > 0 and not _moving(ev)
+
+
+def after_progress(events: Sequence[LogEvent]) -> list[LogEvent]:
+    """The events after the last sign of progress: only these can show a failure now."""
+    last = max((i for i, e in enumerate(events) if _moving(e)), default=-1)
+    return list(events[last + 1 :])
+
+
+def find_classes(
+    events: Sequence[LogEvent], classes: Sequence[GenericClass], tail: Sequence[str] = ()
+) -> list[GenericFinding]:
+    """Each generic class the log shows (at most one finding per class), in the data's order.
+
+    `events` are the parsed events in log order; `tail` the log's last records, for the
+    classes that read every line (livelock)."""
+    recent = after_progress(events)
+    moving = frozenset(content(e.line) for e in events if _moving(e))
+    found = []
+    for cls in classes:
+        for rule in cls.rules:
+            hit = _rule(rule, cls, recent, tail, moving)
+            if hit is not None:
+                found.append(hit)
+                break
+    return found
+
+
+def _near_miss(cls: GenericClass, line: str) -> bool:
+    return any(p.search(line) for p in cls.unless)
+
+
+def _rule(
+    rule: GenericRule,
+    cls: GenericClass,
+    recent: list[LogEvent],
+    tail: Sequence[str],
+    moving: frozenset[str] = frozenset(),
+) -> GenericFinding | None:
+    if rule.kind == "line" and rule.pattern is not None:
+        for ev in recent:
+            if ev.kind != "stats" and rule.pattern.search(ev.line) and not _near_miss(cls, ev.line):
+                return GenericFinding(cls, rule.label, ev.line)
+        return None
+    if rule.kind == "traceback_end":
+        return _traceback_end(rule, cls, recent, tail, moving)
+    if rule.kind == "repeat" and rule.pattern is not None:
+        hits = [e.line for e in recent if rule.pattern.search(e.line)]
+        hits = [h for h in hits if not _near_miss(cls, h)]
+        if len(hits) >= rule.count:
+            return GenericFinding(cls, rule.label, hits[-1], f"{len(hits)} times, no progress")
+        return None
+    if rule.kind == "stats_stall":
+        return _stats_stall(rule, cls, recent)
+    if rule.kind == "same_lines":
+        return _same_lines(rule, cls, tail)
+    return None
+
+
+# `, in NAME` (or `, line N`) may be wrapped onto the next line by a terminal
+# (vllm-project/vllm#24430, #20226).
+_FRAME = re.compile(r'^\s*File "[^"]+"(?:, line \d*|\s*$)')
+_EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b(?::|$)")
+
+
+def _traceback_end(
+    rule: GenericRule,
+    cls: GenericClass,
+    recent: list[LogEvent],
+    tail: Sequence[str],
+    moving: frozenset[str],
+) -> GenericFinding | None:
+    """A Python traceback that ends the log with its exception line (its header may be cut,
+    as when a poster or a log rotation dropped `Traceback (most recent call last):`)."""
+    body = [content(t) for t in tail if t.strip()][-max(rule.count, 3) - 8 :]
+    dumps = [e for e in recent if e.kind == "stack" and e.fields.get("format") == "traceback"]
+    for ev in reversed(dumps):
+        error = str(ev.fields.get("exception") or "")
+        # A dump's event may be emitted after lines that followed it; with the log's tail at
+        # hand, the exception must be among its last lines (nothing moved on after it).
+        if error and not _near_miss(cls, error) and (not tail or _ends(error, body, moving)):
+            return GenericFinding(cls, rule.label, error, "a traceback after the last progress")
+    frames = [i for i, b in enumerate(body) if _FRAME.match(b)]
+    if len(frames) < 2 or frames[-1] < len(body) - 4:
+        return None  # the log does not end inside a traceback
+    last = body[-1]
+    if _near_miss(cls, last) or any(_near_miss(cls, b) for b in body):
+        return None
+    if _EXC.match(last):
+        return GenericFinding(cls, rule.label, last, "the log ends with a traceback's exception")
+    return GenericFinding(
+        cls, rule.label, body[frames[-1]], "the log ends inside a traceback (its end is cut)"
+    )
+
+
+def _ends(error: str, body: list[str], moving: frozenset[str]) -> bool:
+    """Is `error` among the log's last lines with no progress line after it?"""
+    if error not in body:
+        return False
+    return not any(b in moving for b in body[body.index(error) + 1 :])
+
+
+def _stats_stall(
+    rule: GenericRule, cls: GenericClass, recent: list[LogEvent]
+) -> GenericFinding | None:
+    """The last stats lines all pending with zero throughput, over `min_s` of their own time."""
+    stats = [e for e in recent if e.kind == "stats"]
+    run: list[LogEvent] = []
+    for ev in reversed(stats):
+        if not _pending_zero(ev):
+            break
+        run.append(ev)
+    if len(run) < max(rule.count, 1):
+        return None
+    first, last = timestamp_s(run[-1].line), timestamp_s(run[0].line)
+    span = last - first if first is not None and last is not None else None
+    if span is not None and span < rule.min_s:
+        return None
+    f = run[0].fields
+    pending = float(f.get("running") or 0) + float(f.get("waiting") or 0)
+    over = f" over {span:.0f} s" if span is not None else ""
+    detail = f"{len(run)} stats lines{over} with {pending:.0f} request(s) pending, zero throughput"
+    return GenericFinding(cls, rule.label, run[0].line, detail)
+
+
+def content(line: str) -> str:
+    """A record without its timestamp and logger prefix: what repeats when nothing changes."""
+    return _PREFIX.sub("", line.strip(), count=1).strip()
+
+
+def _same_lines(rule: GenericRule, cls: GenericClass, tail: Sequence[str]) -> GenericFinding | None:
+    """The log ends with the same one to three lines over and over (`count` rounds at least)."""
+    body = [content(t) for t in tail if t.strip()]
+    for period in (1, 2, 3):
+        need = period * max(rule.count, 2)
+        if len(body) < need:
+            continue
+        cycle = body[-period:]
+        rounds = 0
+        for i in range(len(body) - period, -1, -period):
+            if body[i : i + period] != cycle:
+                break
+            rounds += 1
+        if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
+            line = tail[-1].strip()
+            return GenericFinding(cls, rule.label, line, f"{rounds} times in a row at the end")
+    return None
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    """What the generic layer concludes: the class shown first (data order), the state, all."""
+
+    primary: GenericFinding
+    state: str
+    findings: tuple[GenericFinding, ...]
+
+
+def class_verdict(findings: Sequence[GenericFinding]) -> ClassVerdict | None:
+    """The first class found is the verdict; a crash anywhere makes the state `dead`."""
+    if not findings:
+        return None
+    dead = any(f.cls.state == "dead" for f in findings)
+    return ClassVerdict(findings[0], "dead" if dead else findings[0].cls.state, tuple(findings))
