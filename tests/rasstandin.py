@@ -6,6 +6,10 @@ json -> OK, STATUS -> report, then close) and writes the JSON report with the sa
 layout as jsonWriteHeader / jsonStartCommunicator / jsonWriteRankData / jsonWriteMissingRank /
 jsonWriteFooter. Modes: healthy, unresponsive (one rank missing, not answering), dead (one rank
 considered dead), behind (one rank stopped one collective early), trickle (one byte every 0.2 s).
+Hostile peers, for the fault tests: silent (accepts, never answers), garbage (answers bytes that
+are no protocol), truncated (the report cut in the middle), deep (a report nested 100 000
+deep), huge_size (`"size": 1e400`), slow (one byte a second). `mode` may be changed while it
+runs: the next connection gets the new one.
 """
 
 from __future__ import annotations
@@ -120,6 +124,15 @@ class RasStandIn:
             threading.Thread(target=self._client, args=(conn,), daemon=True).start()
 
     def _client(self, conn: socket.socket) -> None:
+        if self.mode == "silent":
+            self._stop.wait(60)
+            conn.close()
+            return
+        if self.mode == "garbage":
+            with conn:
+                conn.recv(64)
+                conn.sendall(bytes(range(256)) * 8 + b"\n")
+            return
         with conn, conn.makefile("rb") as lines:
             for raw in lines:
                 cmd = raw.decode().strip()
@@ -138,12 +151,20 @@ class RasStandIn:
         if upper.startswith("TIMEOUT ") or upper.startswith("SET FORMAT "):
             return "OK\n"
         if upper == "STATUS":
+            if self.mode == "truncated":
+                full = report("healthy")
+                return full[: len(full) // 2]
+            if self.mode == "deep":
+                return "[" * 100_000 + "]" * 100_000
+            if self.mode == "huge_size":
+                return report("healthy").replace('"size": 16', '"size": 1e400')
             return report(self.mode)
         return f"ERROR: Unknown command {cmd}\n"
 
     def _send(self, conn: socket.socket, text: str) -> None:
         data = text.encode()
-        if self.mode != "trickle" or not text.startswith("{"):
+        slow = {"trickle": 0.2, "slow": 1.0}.get(self.mode)
+        if slow is None or not text.startswith("{"):
             conn.sendall(data)
             return
         for i in range(len(data)):
@@ -153,7 +174,7 @@ class RasStandIn:
                 conn.sendall(data[i : i + 1])
             except OSError:
                 return
-            time.sleep(0.2)
+            time.sleep(slow)
 
     def stop(self) -> None:
         self._stop.set()

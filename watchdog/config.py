@@ -16,6 +16,7 @@ from typing import Any
 
 from watchdog.configcheck import cross_check
 from watchdog.configkeys import ALIASES, KEYS, Config, ConfigError
+from watchdog.core.tomlcheck import SignatureError, check_bounds, read_toml_text
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -115,15 +116,11 @@ def _spell(key: str, origin: str) -> str:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as fh:
-            doc = tomllib.load(fh)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
-            "save the config file as UTF-8"
-        ) from exc
+        text = read_toml_text(path, "config file")
+        check_bounds(text, str(path))
+        doc = tomllib.loads(text)
+    except SignatureError as exc:  # the file's size, encoding or key depth
+        raise ConfigError(str(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except RecursionError as exc:  # `x = [[[[...` past the parser's depth limit

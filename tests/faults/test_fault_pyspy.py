@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.harness import alive, kill_if_alive, wait_for
 from watchdog.core.model import ProcInfo
 from watchdog.sources.stacks import StackCapturer
 
@@ -92,3 +93,45 @@ def test_a_hanging_pyspy_is_killed_at_its_deadline(tmp_path: Path, target: ProcI
     result = cap.capture_now([target])
     assert result.result == "timeout" and "deadline" in result.reason
     assert time.monotonic() - began < 10
+
+
+def test_a_helper_that_left_pyspys_group_is_killed_with_it(
+    tmp_path: Path, target: ProcInfo
+) -> None:
+    """py-spy forks a helper that calls setsid (its own group and session), then hangs: the
+    group kill misses the helper; the capture still kills it (its environment's tag)."""
+    pidfile = tmp_path / "helper.pid"
+    body = (
+        "import subprocess\n"
+        "p = subprocess.Popen(['sleep', '615'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(600)"
+    )
+    cap = StackCapturer(pyspy=fake_pyspy(tmp_path, body), deadline_s=2.0, second_after_s=-1)
+    result = cap.capture_now([target])
+    helper = int(pidfile.read_text())
+    try:
+        assert result.result == "timeout"
+        wait_for(lambda: not alive(helper), timeout=5)
+    finally:
+        kill_if_alive([helper])
+
+
+def test_a_helper_left_behind_by_a_pyspy_that_finished_is_killed(
+    tmp_path: Path, target: ProcInfo
+) -> None:
+    pidfile = tmp_path / "helper.pid"
+    body = (
+        "import subprocess\n"
+        "p = subprocess.Popen(['sleep', '615'], start_new_session=True,\n"
+        "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        f"open({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "print('[]')"
+    )
+    cap = StackCapturer(pyspy=fake_pyspy(tmp_path, body), deadline_s=10.0, second_after_s=-1)
+    cap.capture_now([target])
+    helper = int(pidfile.read_text())
+    try:
+        wait_for(lambda: not alive(helper), timeout=5)
+    finally:
+        kill_if_alive([helper])

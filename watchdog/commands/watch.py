@@ -97,12 +97,13 @@ def _watch(cfg: Config, built: Any, stop: threading.Event) -> int:
         return 1
     if sup is None:
         return 0
-    if stop.is_set():
-        try:
-            sup.shutdown(cfg.stop_grace_s)
-        except StopError as exc:
-            logging.getLogger("hang_watchdog").error("stopping the server: %s", exc)
-            return 1
+    # A stop signal, or the server ended by itself: either way its whole tree is stopped, so
+    # a grandchild it forked (setsid, a double fork) does not run on under PID 1.
+    try:
+        sup.shutdown(cfg.stop_grace_s)
+    except StopError as exc:
+        logging.getLogger("hang_watchdog").error("stopping the server: %s", exc)
+        return 1
     return sup.exit_code()
 
 

@@ -17,9 +17,11 @@ from watchdog.core.genericparse import merge_generic, parse_generic
 from watchdog.core.tomlcheck import (
     SignatureError,
     array,
+    check_bounds,
     check_keys,
     finite,
     get,
+    read_toml_text,
     regex,
     str_map,
     strs,
@@ -74,16 +76,7 @@ def check_fallbacks(sigs: SignatureSet) -> None:
 
 def load_file(path: Path) -> SignatureSet:
     """One operator signature file, validated."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SignatureError(f"{path}: cannot read signature file: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise SignatureError(
-            f"{path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
-            "save the signature file as UTF-8"
-        ) from exc
-    return _parse(text, str(path))
+    return _parse(read_toml_text(path, "signature file"), str(path))
 
 
 def _merge(base: SignatureSet, more: SignatureSet) -> SignatureSet:
@@ -101,6 +94,7 @@ def _merge(base: SignatureSet, more: SignatureSet) -> SignatureSet:
 
 
 def _parse(text: str, origin: str) -> SignatureSet:
+    check_bounds(text, origin)
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

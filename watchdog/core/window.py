@@ -24,6 +24,7 @@ READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
 MAX_EVENT_CHARS = 4096
 OLD_EVENT_CHARS = 256
 MAX_WINDOW_CHARS = 8 << 20
+EVENT_OVERHEAD = 400  # bytes a LogEvent, its __dict__ and fields hold beyond its text
 # After a restart the old server's last words (its shutdown noise, e.g. SGLang's launcher
 # printing "SIGQUIT received ... one child failed" as systemd stops it) can still be unread in
 # a shared log file when the new pid appears. The file is written in order, so lines before the
@@ -149,14 +150,23 @@ class Window:
         self._trimmed = max(0, self._trimmed - 1)
 
     def _shrink_oldest(self) -> None:
+        """Past max_chars the oldest lines shrink to OLD_EVENT_CHARS; if that is not enough
+        (hundreds of lines a tick for thousands of ticks), the oldest ticks lose their lines
+        altogether: the window's log memory is bounded in bytes, not in lines per tick."""
         while self.chars > self.max_chars and self._trimmed < len(self._obs) - 1:
-            i = self._trimmed
-            small = _cap_logs(self._obs[i], OLD_EVENT_CHARS)
-            self._obs[i] = small
-            size = _log_chars(small)
-            self.chars += size - self._sizes[i]
-            self._sizes[i] = size
+            self._resize(self._trimmed, _cap_logs(self._obs[self._trimmed], OLD_EVENT_CHARS))
             self._trimmed += 1
+        i = 0
+        while self.chars > self.max_chars and i < len(self._obs) - 1:
+            if self._obs[i].logs:
+                self._resize(i, replace(self._obs[i], logs=()))
+            i += 1
+
+    def _resize(self, i: int, obs: Observation) -> None:
+        self._obs[i] = obs
+        size = _log_chars(obs)
+        self.chars += size - self._sizes[i]
+        self._sizes[i] = size
 
     def _rebaseline(self, t: float) -> None:
         facts = self.progress.facts
@@ -306,4 +316,5 @@ def _cap_logs(obs: Observation, limit: int) -> Observation:
 
 
 def _log_chars(obs: Observation) -> int:
-    return sum(len(ev.line) for ev in obs.logs)
+    """The memory an observation's log events hold, about: text plus the event objects."""
+    return sum(len(ev.line) + EVENT_OVERHEAD for ev in obs.logs)

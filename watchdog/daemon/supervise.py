@@ -28,6 +28,7 @@ from watchdog.daemon.leftovers import report_leftovers
 from watchdog.sources.deadline import Worker
 from watchdog.sources.linesplit import Block
 from watchdog.sources.logs import StreamReader
+from watchdog.sources.treetag import TAG_VAR, new_tag, tagged
 
 log = logging.getLogger("hang_watchdog.supervise")
 
@@ -73,6 +74,10 @@ class Supervisor:
         # exit 0 after its engine died (vllm #48966), which must not read as success.
         self.death_pattern = death_pattern
         self.engine_died = False
+        # Set when the watchdog itself stops a running server (a stop signal): what it prints
+        # while stopping (vLLM's API server logs EngineDeadError on SIGTERM) is not a death.
+        self.stopped_by_us = False
+        self._tag = ""
         self._held_blocks: list[Block] = []
         # PR_SET_PDEATHSIG fires when the *thread* that forked the child ends, not the process:
         # every start (restarts run in background threads) forks from this one long-lived thread.
@@ -95,7 +100,8 @@ class Supervisor:
             report_leftovers()
         if self._spawner is None:
             self._spawner = Worker("supervise-spawn")
-        env = {**self.env, **self.extra_env}
+        self._tag = new_tag()  # marks the whole tree, setsid and double forks included
+        env = {**self.env, **self.extra_env, TAG_VAR: self._tag}
         try:
             self.popen = self._spawner.submit(lambda: _spawn(argv, env)).result()
         except OSError as exc:
@@ -132,7 +138,7 @@ class Supervisor:
             for r in self._readers:  # its last lines (the EngineDeadError) may still be in flight
                 r.wait(wait_output_s)
             self._held_blocks.extend(self._blocks())
-        if code == 0 and self.engine_died:
+        if code == 0 and self.engine_died and not self.stopped_by_us:
             log.error("the server exited 0 after its engine died; reporting failure (exit 1)")
             return 1
         return code
@@ -149,8 +155,12 @@ class Supervisor:
             return self._stop(grace_s)
 
     def shutdown(self, grace_s: float = 30.0) -> int | None:
-        """Stop for good: a restart in flight cannot start the server again afterwards."""
+        """Stop for good: a restart in flight cannot start the server again afterwards. Also
+        after the server ended by itself: what it forked may still run (a grandchild that
+        called setsid, or one a double fork left under PID 1) and goes with it."""
         self.closing = True
+        if self.popen is not None and self.popen.poll() is None:
+            self.stopped_by_us = True
         return self.stop(grace_s)
 
     def _stop(self, grace_s: float) -> int | None:
@@ -159,7 +169,13 @@ class Supervisor:
             return None
         # Recorded before any signal: a worker that outlives its parent (vLLM's engine core
         # keeps the GPU memory) is reparented and no longer a descendant of the child.
-        tree = _tree(child.pid)
+        found = {p.pid: p for p in _tree(child.pid)}
+        found.update((p.pid, p) for p in tagged(self._tag) if p.pid not in found)
+        tree = list(found.values())
+        if child.poll() is not None and tree:
+            pids = ", ".join(str(p.pid) for p in tree[:10])
+            log.warning("the server (pid %d) has exited; stopping what it left running: pid %s",
+                        child.pid, pids)  # fmt: skip
         if child.poll() is None or tree:
             _signal_tree(child.pid, tree, signal.SIGTERM)
         left = _wait_tree(child, tree, grace_s, self.hurry)
@@ -205,7 +221,7 @@ class Supervisor:
         out, self._held_blocks = self._held_blocks, []
         for r in self._readers:
             out.extend(r.read_blocks())
-        if self.death_pattern is not None and not self.engine_died:
+        if self.death_pattern is not None and not self.engine_died and not self.stopped_by_us:
             self.engine_died = any(
                 self.death_pattern.search(b.data.decode("utf-8", "replace")) for b in out
             )

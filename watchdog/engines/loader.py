@@ -17,8 +17,10 @@ from typing import Any
 from watchdog.core.tomlcheck import (
     SignatureError,
     array,
+    check_bounds,
     check_keys,
     get,
+    read_toml_text,
     regex,
     str_map,
     strs,
@@ -85,18 +87,19 @@ def load_engines(extra: Sequence[Path | str] = ()) -> EngineSet:
 def load_file(path: Path) -> list[EngineProfile]:
     """One operator profile file, validated."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise EngineError(f"{path}: cannot read engine file: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise EngineError(f"{path}: not UTF-8 text; save the engine file as UTF-8") from exc
+        text = read_toml_text(path, "engine file")
+    except SignatureError as exc:
+        raise EngineError(str(exc)) from exc
     return parse_profiles(text, str(path))
 
 
 def parse_profiles(text: str, origin: str) -> list[EngineProfile]:
     """Every [[engine]] entry of one file; EngineError on the first problem."""
     try:
+        check_bounds(text, origin)
         doc = tomllib.loads(text)
+    except SignatureError as exc:
+        raise EngineError(str(exc)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise EngineError(f"{origin}: not valid TOML: {exc}") from exc
     except RecursionError as exc:

@@ -149,6 +149,8 @@ class IncidentWriter:
         self.max_incidents = max_incidents
         self.max_bytes = max_bytes
         self._clock = clock
+        if self.root.is_dir():  # a writer killed mid-bundle (SIGKILL, power) left its build dir
+            self._remove_stale_tmp()
 
     def write(self, incident: Incident) -> Path:
         """Write `incident` as a new bundle directory and return its final path.
@@ -167,7 +169,8 @@ class IncidentWriter:
 
     def _write(self, incident: Incident) -> Path:
         now = self._clock()
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
+        # The writer's pid in the name: a build dir whose writer is gone is removed at once.
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{os.getpid()}-", dir=self.root))
         try:
             os.chmod(tmp, DIR_MODE)
             doc = self._document(incident, now)
@@ -264,11 +267,26 @@ class IncidentWriter:
         self._remove_stale_tmp()
 
     def _remove_stale_tmp(self) -> None:
-        """Delete build directories a crashed writer left behind."""
+        """Delete build directories a crashed writer left behind: at once when the pid in
+        the name is gone, else (a reused pid, an older name) after STALE_TMP_S."""
         for p in self.root.glob(".tmp-*"):
             with contextlib.suppress(OSError):
-                if self._clock() - p.stat().st_mtime > STALE_TMP_S:
+                if not _writer_alive(p.name) or self._clock() - p.stat().st_mtime > STALE_TMP_S:
                     shutil.rmtree(p, ignore_errors=True)
+
+
+def _writer_alive(name: str) -> bool:
+    """Is the writer of build dir `.tmp-PID-XXXX` still running (True when no pid is named)?"""
+    pid = name.split("-")[1] if name.count("-") >= 2 else ""
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def load_incident(path: Path) -> dict[str, Any]:

@@ -26,6 +26,7 @@ Dry-run is each instance's own key; set it alike on every node.
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -83,14 +84,28 @@ def candidates(causes: list[dict[str, Any]], progress: list[dict[str, Any]]) -> 
     return out
 
 
+MAX_ANSWER = 8 << 20  # a deployment's instant vector is kilobytes
+
+
 def http_query(url: str, timeout_s: float = 3.0) -> Query:
-    """Prometheus's /api/v1/query (GET); raises OSError-like errors the decider reports."""
+    """Prometheus's /api/v1/query (GET) under one deadline for the whole answer (httpx's own
+    timeout is per read: a byte a second never trips it); raises what the decider reports."""
     import httpx
 
     def query(expr: str) -> list[dict[str, Any]]:
-        resp = httpx.get(f"{url.rstrip('/')}/api/v1/query", params={"query": expr},
-                         timeout=timeout_s)  # fmt: skip
-        body = resp.json()
+        end = time.monotonic() + timeout_s
+        data = bytearray()
+        with httpx.stream("GET", f"{url.rstrip('/')}/api/v1/query", params={"query": expr},
+                          timeout=timeout_s) as resp:  # fmt: skip
+            for chunk in resp.iter_bytes():
+                data += chunk
+                if time.monotonic() > end:
+                    raise TimeoutError(f"no whole answer within {timeout_s:g} s")
+                if len(data) > MAX_ANSWER:
+                    raise ValueError(f"an answer over {MAX_ANSWER >> 20} MiB")
+        body = json.loads(data)
+        if not isinstance(body, dict):
+            raise ValueError(f"not a Prometheus API answer: {bytes(data[:80])!r}")
         if resp.status_code != 200 or body.get("status") != "success":
             raise ValueError(f"Prometheus answered {resp.status_code}: {body.get('error', '')}")
         return list(body["data"]["result"])

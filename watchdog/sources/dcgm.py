@@ -36,6 +36,15 @@ BLANK_AT_LEAST = float(0x7FFFFFF0)
 
 def parse_dcgm(text: str) -> list[GpuSample]:
     """Samples, one per `gpu` label, sorted by index. Raises ValueError on malformed text."""
+    try:
+        return _parse(text)
+    except (IndexError, KeyError, TypeError, OverflowError) as exc:
+        # prometheus_client's parser raises IndexError on `# TYPE \xa0 0` (a lone non-ASCII
+        # space where the metric name belongs): still just malformed text
+        raise ValueError(f"malformed exporter text ({type(exc).__name__}: {exc})") from exc
+
+
+def _parse(text: str) -> list[GpuSample]:
     values: dict[int, dict[str, float]] = {}
     labels: dict[int, dict[str, str]] = {}
     for family in text_string_to_metric_families(text):

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 _CHUNK = 65536
 _REPORT_EVERY_S = 60.0  # a sustained flood logs its skipped-line count once a minute
 _TAIL_LINE_CHARS = 8192  # keeps the incident-bundle tail small even with huge lines
+_TAIL_BYTES = 1 << 20  # the whole tail, whatever its line count
 _REDRAW_KINDS = frozenset({"progress", "loading", "capture"})  # tqdm bars redrawn many times/s
 
 
@@ -204,9 +205,10 @@ class LogSource:
 
     Readers that hand over blocks (`read_blocks`) are prefiltered: only lines holding one of
     the parser's or the keep pattern's literal keys are decoded and parsed, within
-    `budget_s` per poll. Lines a reader dropped, jumped over, or that the budget left
-    unparsed are counted by reason in `skipped`, logged, and passed to `on_skip` (the
-    daemon exports them as hang_watchdog_log_lines_skipped_total).
+    `budget_s` per poll; what the budget left is carried to the next poll, never dropped
+    (`skipped["budget"]` stays for the metric's label). Lines a reader dropped or jumped over
+    are counted by reason in `skipped`, logged, and passed to `on_skip` (the daemon exports
+    them as hang_watchdog_log_lines_skipped_total).
     """
 
     def __init__(
@@ -240,6 +242,10 @@ class LogSource:
         self._clock = clock
         self._max_events = max_events_per_tick
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self._tail_chars = 0
+        # Blocks a poll's budget left unparsed, per reader: finished before it is read again.
+        self._carry: dict[int, list[Block]] = {}
+        self.carried = 0  # bytes waiting in the carry after the last poll
         self._held: dict[tuple[int, int], str] = {}
         # Stack dumps the server wrote into its log (SGLang's watchdog, faulthandler, ...).
         self._scanners: dict[int, StackScanner] = {}
@@ -258,11 +264,7 @@ class LogSource:
             if read_blocks is None:
                 events += self._parse_lines(reader, stacks)
             else:
-                for block in read_blocks():
-                    found, unparsed = self._stack_blocks.scan(block, reader.name, stacks, deadline)
-                    events += found
-                    self.skipped["budget"] += unparsed
-                    self._tail.extend(tail_lines(block, self._tail.maxlen or 0, _TAIL_LINE_CHARS))
+                events += self._scan_blocks(reader, read_blocks, stacks, deadline)
             events.extend(stacks.tick(reader.name))
             events.extend(self._held_bars(reader))
             if reader.error:
@@ -274,6 +276,45 @@ class LogSource:
         self._report_skips()
         return tuple(self._cap(events))
 
+    def _scan_blocks(
+        self,
+        reader: LineReader,
+        read_blocks: Callable[[], list[Block]],
+        stacks: StackScanner,
+        deadline: float,
+    ) -> list[LogEvent]:
+        """The reader's blocks, parsed until the poll's budget is spent. What the budget left
+        (the lines that can matter) is carried to the next poll, which finishes it before it
+        reads more: the reader's own bounds (FileFollower's lag, StreamReader's queue) then
+        hold, and a signature line behind a burst is late, never lost."""
+        key = id(reader)
+        blocks = self._carry.pop(key, None)
+        if blocks is None:
+            blocks = read_blocks()
+            for block in blocks:
+                self._tail_add(tail_lines(block, self._tail.maxlen or 0, _TAIL_LINE_CHARS))
+        events: list[LogEvent] = []
+        for i, block in enumerate(blocks):
+            found, rest = self._stack_blocks.scan(block, reader.name, stacks, deadline)
+            events += found
+            if rest is not None:
+                self._carry[key] = [rest, *blocks[i + 1 :]]
+                self.carried = sum(len(b.data) for b in self._carry[key])
+                break
+        else:
+            self.carried = 0
+        return events
+
+    def _tail_add(self, lines: list[str]) -> None:
+        """Append to the tail, holding it to _TAIL_BYTES: 2000 lines of 8 KB were 16 MB."""
+        for line in lines:
+            if len(self._tail) == self._tail.maxlen:
+                self._tail_chars -= len(self._tail[0])
+            self._tail.append(line)
+            self._tail_chars += len(line)
+        while self._tail_chars > _TAIL_BYTES and len(self._tail) > 1:
+            self._tail_chars -= len(self._tail.popleft())
+
     def _parse_lines(self, reader: LineReader, stacks: StackScanner) -> list[LogEvent]:
         """The reference path, for readers that only hand over lines: every line looked at."""
         events: list[LogEvent] = []
@@ -282,7 +323,7 @@ class LogSource:
             events.extend(stacks.feed(line, reader.name))
             if not line:
                 continue
-            self._tail.append(line[:_TAIL_LINE_CHARS])
+            self._tail_add([line[:_TAIL_LINE_CHARS]])
             events.extend(parse_text(line, reader.name, self._keep, self._patterns))
         return events
 

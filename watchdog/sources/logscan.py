@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from watchdog.core.model import LogEvent
-from watchdog.sources.linesplit import Block, count_lines, split_records
+from watchdog.sources.linesplit import Block, split_records
 from watchdog.sources.logparse import LogPatterns, clean_line, literal_keys, parse_line
 from watchdog.sources.prefilter import Prefilter, required_literals
 
@@ -82,16 +82,32 @@ class BlockScanner:
 
     def scan(
         self, block: Block, source: str, deadline: float = float("inf")
-    ) -> tuple[list[LogEvent], int]:
-        """(events, candidate lines left unparsed because the deadline passed)."""
+    ) -> tuple[list[LogEvent], Block | None]:
+        """(events, the candidate lines left when the deadline passed, as a block to scan on
+        the next tick; None when none are left). At least one line is parsed per call, and the
+        clock is read after every line: one 64 KB line can cost milliseconds of regex work."""
         events: list[LogEvent] = []
         spans = self.prefilter.spans(block.data)
         clock, keep, pats = self._clock, self.keep, self.patterns
         for i, (start, end) in enumerate(spans):
-            if i % 64 == 63 and clock() > deadline:
-                return events, len(spans) - i
             events += parse_text(block.text(start, end), source, keep, pats)
-        return events, 0
+            if clock() > deadline and i + 1 < len(spans):
+                return events, carry(block, spans[i + 1 :])
+        return events, None
+
+
+def carry(block: Block, spans: Sequence[tuple[int, int]], rest_from: int | None = None) -> Block:
+    """A block of the lines at `spans` (and, from `rest_from` on, every line): what a scan cut
+    short still has to look at. Lines no prefilter key is in cannot matter and are not kept."""
+    data = block.data
+    end = rest_from if rest_from is not None else len(data)
+    parts = [data[s:e] for s, e in spans if s < end]
+    out = b"\n".join(parts) + b"\n" if parts else b""
+    if rest_from is not None:
+        out += data[rest_from:]
+    first = block.first_truncated and bool(spans) and spans[0][0] == 0
+    first = first or (block.first_truncated and not parts and rest_from == 0)
+    return Block(out, first_truncated=first, max_line_bytes=block.max_line_bytes)
 
 
 def tail_lines(block: Block, n: int, width: int) -> list[str]:
@@ -130,29 +146,44 @@ class StackBlocks:
 
     def scan(
         self, block: Block, source: str, stacks: StackScanner, deadline: float = float("inf")
-    ) -> tuple[list[LogEvent], int]:
-        """(events, lines left unparsed because the deadline passed)."""
+    ) -> tuple[list[LogEvent], Block | None]:
+        """(events, what is left when the deadline passed, as a block for the next tick).
+
+        The clock is read after every line handled, and at least one is handled per call."""
         data = block.data
         cands = self.parser.prefilter.spans(data)
         starts = [s for s, _e in self.starts.spans(data)]
         events: list[LogEvent] = []
-        ci = si = seen = 0
+        ci = si = 0
         pos, end = 0, len(data)
         keep, clock, pats = self.parser.keep, self._clock, self.parser.patterns
+
+        def rest(at: int) -> Block | None:
+            """Unhandled from `at`: with a dump open every line; else the candidates before
+            the next dump start, then everything from it."""
+            if at >= end:
+                return None
+            if stacks.has_open:
+                return carry(block, (), at)
+            nxt = next((s for s in starts if s >= at), None)
+            left = [c for c in cands[ci:] if c[0] >= at]
+            if nxt is None and not left:
+                return None
+            return carry(block, left, nxt)
+
         while pos < end:
-            seen += 1
-            if seen % 64 == 0 and clock() > deadline:
-                return events, count_lines(data[pos:])
             if not stacks.has_open:
                 while si < len(starts) and starts[si] < pos:
                     si += 1
                 next_start = starts[si] if si < len(starts) else end
                 while ci < len(cands) and cands[ci][0] < next_start:
-                    if ci % 64 == 63 and clock() > deadline:
-                        return events, count_lines(data[cands[ci][0] :])
                     if cands[ci][0] >= pos:
                         events += parse_text(block.text(*cands[ci]), source, keep, pats)
-                    ci += 1
+                        ci += 1
+                        if clock() > deadline:
+                            return events, rest(cands[ci - 1][1])
+                    else:
+                        ci += 1
                 pos = next_start
                 if pos >= end:
                     break
@@ -167,7 +198,9 @@ class StackBlocks:
             if ci < len(cands) and cands[ci][0] == start:
                 events += parse_text(line, source, keep, pats)
                 ci += 1
-        return events, 0
+            if clock() > deadline:
+                return events, rest(pos)
+        return events, None
 
 
 def _line_at(data: bytes, pos: int) -> tuple[int, int]:

@@ -183,14 +183,17 @@ class RasSource:
     def _run(self) -> None:
         try:
             report = self.client.query()
+            if self._local is None:
+                self._local = local_addresses(self.client.addr[0])
+            result = {"up": True, "evidence": analyse(report), "error": None,
+                      "version": report.nccl_version, "communicators": len(report.comms),
+                      **findings(report, self._local)}  # fmt: skip
         except RasError as e:
             self._fail(str(e))
             return
-        if self._local is None:
-            self._local = local_addresses(self.client.addr[0])
-        result = {"up": True, "evidence": analyse(report), "error": None,
-                  "version": report.nccl_version, "communicators": len(report.comms),
-                  **findings(report, self._local)}  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - a peer's bytes must never end this thread
+            self._fail(f"unexpected RAS report from {self.client.addr[0]}: {type(e).__name__}")
+            return
         with self._lock:
             self._ever_up = True
             self._latest = result

@@ -67,6 +67,10 @@ def parse_report(text: str) -> RasReport:
         doc = json.loads(_MISSING_COMMA.sub(r"\1,\n\2", text))
         comms = tuple(_comm(c) for c in doc.get("communicators", []))
         return RasReport(str(doc.get("nccl_version", "")), comms)
+    except RecursionError as e:  # a peer's `[[[[...` 100 000 deep
+        raise RasError("unexpected RAS report (JSON nested too deeply)") from e
+    except OverflowError as e:  # `"size": 1e400` is float infinity, no integer
+        raise RasError(f"unexpected RAS report (a number out of range: {e})") from e
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise RasError(f"unexpected RAS report ({e}); JSON reports need NCCL >= 2.28.9") from e
 

@@ -32,6 +32,7 @@ from watchdog.sources.stackparse import (
     resolve_pyspy,
 )
 from watchdog.sources.stacktext import render_text
+from watchdog.sources.treetag import TAG_VAR, new_tag, signal_tagged
 
 __all__ = ["CaptureResult", "StackCapturer", "preflight_pyspy", "resolve_pyspy"]
 
@@ -210,9 +211,11 @@ class StackCapturer:
     def _run(self, argv: list[str], deadline: float) -> tuple[int | None, str, str]:
         """Run py-spy until `deadline` (monotonic); None as the status when it was killed."""
         timeout = max(0.1, deadline - time.monotonic())
+        tag = new_tag()  # finds what py-spy forks, even past setsid or a double fork
         try:
             proc = self._runner(
                 argv,
+                env={**os.environ, TAG_VAR: tag},
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -227,16 +230,18 @@ class StackCapturer:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _kill_group(proc, tag)
             return None, "", ""
+        signal_tagged(tag, signal.SIGKILL)  # a helper it left behind: nothing outlives a dump
         return proc.returncode, out or "", err or ""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, tag: str) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+    signal_tagged(tag, signal.SIGKILL)  # the ones that left the group (setsid)
     try:
         proc.communicate(timeout=2.0)
     except subprocess.TimeoutExpired:  # a grandchild escaped the group and holds the pipes
