@@ -418,3 +418,54 @@ def test_a_server_that_keeps_moving_on_is_not_dumped_back_to_back(download_targe
     hook.on_tick(Observation(t=at, wall=at, procs=snap), suspicious, daemon)
     assert hook.episode.capture_started_t == at
     assert daemon.attached == []
+
+
+# Holds a ptrace attachment on the target for argv[2] seconds, then exits (the kernel detaches
+# a tracer that exits): what another py-spy or a debugger looks like to ours.
+PTRACE_HOLDER = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_SEIZE = 0x4206
+if libc.ptrace(PTRACE_SEIZE, int(sys.argv[1]), None, None) != 0:
+    sys.exit(f"ptrace seize failed: errno {ctypes.get_errno()}")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _hold(pid: int, seconds: float) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", PTRACE_HOLDER, str(pid), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@needs_pyspy
+def test_a_dump_waits_for_another_tracer_to_let_go(download_target) -> None:
+    """Two watchdogs (or a person's py-spy) on one server: ptrace takes one tracer at a time,
+    so ours is refused with EPERM while the other holds it, then succeeds."""
+    holder = _hold(download_target.pid, 1.5)
+    try:
+        capturer = StackCapturer(deadline_s=20.0, second_after_s=0.5)
+        result = capturer.capture_now([_proc(download_target)])
+    finally:
+        holder.wait(timeout=30)
+    assert result.result == "ok", result.reason
+    _thread_with(result, download_target.pid, "download_file")
+
+
+@needs_pyspy
+def test_a_tracer_that_never_lets_go_is_named(download_target) -> None:
+    holder = _hold(download_target.pid, 30)
+    try:
+        capturer = StackCapturer(deadline_s=3.0, second_after_s=0.5)
+        result = capturer.capture_now([_proc(download_target)])
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+    assert result.result != "ok"
+    (sample,) = [s for s in result.samples if s.pid == download_target.pid]
+    assert sample.error is not None and f"another tracer (pid {holder.pid})" in sample.error

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from watchdog.core.model import ProcInfo, StackSample, ThreadStack
+from watchdog.sources.procenv import tracer_pid
 from watchdog.sources.stackparse import (
     FIX_INSTALL,
     FIX_PERMISSION,
@@ -37,6 +38,7 @@ from watchdog.sources.treetag import TAG_VAR, new_tag, signal_tagged
 __all__ = ["CaptureResult", "StackCapturer", "preflight_pyspy", "resolve_pyspy"]
 
 Runner = Callable[..., subprocess.Popen]
+TRACER_RETRY_S = 0.25  # wait between tries while another tracer holds the target
 
 
 @dataclass(frozen=True)
@@ -188,12 +190,25 @@ class StackCapturer:
 
     def _dump_json(self, exe: str, d: _PidDump, *, second: bool) -> bool:
         rc, out, err = self._run(self._argv(exe, d, json_out=True), d.deadline)
+        tracer = None
+        while rc is not None and rc != 0 and self._held_by_tracer(rc, err, d):
+            # Another py-spy or a debugger has it paused (ptrace allows one tracer at a time);
+            # a dump takes well under a second, so wait for it to let go.
+            tracer = tracer_pid(d.proc.pid, self._proc_root) or tracer
+            time.sleep(TRACER_RETRY_S)
+            rc, out, err = self._run(self._argv(exe, d, json_out=True), d.deadline)
         if rc is None:
             d.kind, d.error, d.fix = "timeout", "py-spy timed out", FIX_TIMEOUT
             return False
         if rc != 0:
             failure = classify_failure(rc, err, native=d.native)
             d.kind, d.error, d.fix = failure.kind, failure.error, failure.fix
+            if failure.kind == "permission_denied" and tracer:
+                d.error = (
+                    f"another tracer (pid {tracer}) kept it attached until the deadline: "
+                    f"{failure.error}"
+                )
+                d.fix = "stop the other py-spy or debugger attached to the server"
             return False
         try:
             d.raw_json, d.threads = parse_dump_json(out)
@@ -201,6 +216,16 @@ class StackCapturer:
             d.kind, d.error, d.fix = "error", str(e), None
             return False
         return True
+
+    def _held_by_tracer(self, rc: int, err: str, d: _PidDump) -> bool:
+        """EPERM from py-spy while another process traces the target (TracerPid), or while
+        the watchdog is root (whom no capability check refuses), with time left to retry."""
+        if classify_failure(rc, err, native=d.native).kind != "permission_denied":
+            return False
+        if time.monotonic() + TRACER_RETRY_S + 0.5 > d.deadline:
+            return False
+        traced = tracer_pid(d.proc.pid, self._proc_root)
+        return bool(traced) or os.geteuid() == 0
 
     def _argv(self, exe: str, d: _PidDump, *, json_out: bool) -> list[str]:
         argv = [exe, "dump", "--pid", str(d.proc.pid)]
