@@ -7,6 +7,7 @@ time, and prints that time. What no CPU can show (GPU figures) comes from a `fil
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -66,6 +67,29 @@ def test_a_silent_load_then_a_healthy_load_drained_to_idle_raise_nothing(
     time.sleep(60)
     assert wd.alarms() == [], wd.summary()
     assert_formats_read(server)
+
+
+def test_a_drained_server_whose_last_stats_line_said_running_stays_quiet(
+    servers: Servers, watchdogs: Watchdogs
+) -> None:
+    """VLLM_LOG_STATS_INTERVAL=150 (operators raise it to quiet the log): the load stops right
+    after a stats line that says `Running: 8 reqs`, so that line is the last word for 150 s
+    while /metrics reads 0 with its counters at rest. A drained server is idle, not stalled."""
+    server = servers(extra_env={"VLLM_LOG_STATS_INTERVAL": "150"})
+    wd = watchdogs(*attach(server, "--gpu-source", "none"))
+    server.wait_ready()
+    load = Load(server.url).start()
+    running = re.compile(r"Avg prompt throughput: .* Running: [1-9]\d* reqs")
+    wait_until(lambda: running.search(server.log_file.read_text()), 200, "a stats line under load")
+    load.stop()
+    drained_at = time.time()
+    wd.wait_state("idle", 60)
+    time.sleep(90)
+    assert wd.alarms() == [], wd.summary()
+    lines = [x for x in server.log_file.read_text().splitlines() if "Avg prompt throughput" in x]
+    assert running.search(lines[-1]), f"a later stats line came within the test: {lines[-1]}"
+    quiet = time.time() - drained_at
+    print(f"\n[real-engine] drained, stats every 150 s: quiet for {quiet:.0f} s")
 
 
 def assert_formats_read(server: VllmServer) -> None:
