@@ -53,3 +53,18 @@ def test_a_hung_step_after_an_idle_spell_leaves_the_stats_at_zero_running() -> N
     assert stats and all(e.fields["running"] == 0 for e in stats)  # type: ignore[attr-defined]
     lines = [line for line, _ in got]
     assert any("No available shared memory broadcast block found in 60 seconds" in x for x in lines)
+
+
+def test_a_worker_exception_reads_as_the_engine_dying_and_the_api_server_shutting_down() -> None:
+    log = LOGS / "r_vllm0320cpu_worker_exception_engine_death.log"
+    proc = subprocess.run(
+        [sys.executable, "-m", "watchdog", "replay", str(log)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1 and proc.stdout.startswith("engine_dead"), proc.stdout
+    text = log.read_text()
+    # What the engine_dead fix says vLLM V1 does: its API server goes away.
+    assert "Finished server process" in text and "stays up" not in proc.stdout
