@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from watchdog.core.context import Context, Stall, Thresholds
-from watchdog.core.evidence import EVALUATORS, SOURCE, UNCHANGED
+from watchdog.core.evidence import EVALUATORS, HELD, SOURCE, UNCHANGED
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
 from watchdog.core.rankprogress import describe_progress, rank_progress
@@ -338,10 +338,17 @@ def _proof(pairs: list[tuple[Rule, Evidence]]) -> str | None:
             return f"the server's own words ({rule.label})"
         if rule.kind == "stack" and rule.unchanged:
             return f"{rule.label}, unchanged across two dumps"
-    stuck = next((r for r, ev in pairs if r.kind == "stack" and UNCHANGED in ev.detail), None)
+    stuck = next(
+        (
+            r
+            for r, ev in pairs
+            if r.kind == "stack" and (UNCHANGED in ev.detail or HELD in ev.detail)
+        ),
+        None,
+    )
     other = next((r for r, _ in pairs if r.kind in ("cdn_socket", "log")), None)
     if stuck is not None and other is not None:
-        return f"{stuck.label} (unchanged across two dumps) with {other.label}"
+        return f"{stuck.label} (in that frame in both dumps) with {other.label}"
     return None
 
 
