@@ -76,15 +76,20 @@ def test_cubin_stall_proven_by_flashinfer_failures_is_named_at_stall_after_s(
 def test_a_download_stack_alone_without_gpu_figures_waits_for_the_blind_limit(
     sigs: SignatureSet,
 ) -> None:
-    # One witness of the cause, no second one: not a proof, so the blind threshold holds.
+    # One witness of the cause, no second one: not a proof. The soft stage comes at
+    # stall_after_s naming the suspect; the cause itself only at the blind limit.
     th = Thresholds()
     tl = Timeline(gpus=(), procs=procs())
     onset = frozen_bar(tl, int(th.blind_stall_after_s) + 5, stacks=(stack(*DOWNLOAD_STACK),))
     pairs = verdicts(tl.obs, sigs, th)
     hit = first_hang(pairs)
     assert hit is not None and hit[0].t - onset >= th.blind_stall_after_s
-    early = [v for o, v in pairs if o.t - onset < th.blind_stall_after_s]
-    assert all(v.state not in ("hung", "stalled") for v in early)
+    early = [(o.t - onset, v) for o, v in pairs if o.t - onset < th.blind_stall_after_s]
+    assert not any(v.is_hang or v.state == "hung" for _, v in early)
+    soft = [(t, v) for t, v in early if v.state == "stalled"]
+    assert soft and soft[0][0] == th.stall_after_s, [t for t, _ in soft][:3]
+    assert "suspected: " in soft[0][1].reason and "cubin_download_stall" in soft[0][1].reason
+    assert any("download_file" in e.detail for e in soft[0][1].evidence)
 
 
 def test_a_moving_download_stack_is_no_proof(sigs: SignatureSet) -> None:

@@ -98,6 +98,17 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             **common,  # type: ignore[arg-type]
         )
     state, reason = _benign_state(ctx, sigs)
+    suspects = [] if ctx.gone else ctx.suspects
+    suspect = max(suspects, key=lambda m: m[0].priority) if suspects else None
+    if suspect is not None and state == "serving" and ctx.stall.due:
+        # Cause evidence without proof (a download stack and no socket or log line): the soft
+        # stage now, not after the blind limit; the cause is named once something proves it.
+        sig, ev = suspect
+        state = "stalled"
+        reason = (
+            f"{ctx.stall.detail}; suspected: {sig.title} ({sig.id}), not proven yet: "
+            + "; ".join(e.detail for e in ev if e.kind != "no_progress")
+        )
     if state == "stalled":
         named = _open_operation(ctx, sigs)
         if named is not None:
@@ -110,6 +121,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             + _ras_evidence(ctx)
             + ctx.gpu_figures()
             + ctx.capture_problems()
+            + (tuple(e for e in suspect[1] if e.kind != "no_progress") if suspect else ())
         )
     if state == "stalled":
         reason += _unknown_engine(obs)
@@ -324,6 +336,8 @@ def _match(
         # evidence proves is named now; the GPU adds nothing to a proof of a download or a wait.
         proof = _proof(pairs)
         if proof is None:
+            if not dying:
+                ctx.suspects.append((sig, found))
             return None
         found.append(Evidence("progress", "proof", f"cause proven by {proof}"))
     return sig, conf, found
