@@ -22,16 +22,19 @@ sim_factory = simfixtures.sim_factory  # fixtures, used by name
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.parametrize(("interval", "load_s", "watch_s"), [(10, 25, 40), (30, 35, 58)])
 def test_a_drained_server_whose_last_stats_line_shows_running_is_no_alarm(
-    tmp_path: Path, sim_factory: Callable[..., SimHandle]
+    tmp_path: Path, sim_factory: Callable[..., SimHandle], interval: int, load_s: int, watch_s: int
 ) -> None:
-    # Lines at 30 s (Running: 4) and 60 s; the load drains at 40 s, between them.
+    # The load drains between two stats lines (at 25 s between 20 and 30; at 35 s between 30
+    # and 60): the line before the drain says `Running: 4 reqs` until the next one.
     sim = sim_factory(
-        "healthy", mode="serve", extra_args=["--stats-interval", "30", "--load-s", "40"]
-    )
+        "healthy", mode="serve",
+        extra_args=["--stats-interval", str(interval), "--load-s", str(load_s)],
+    )  # fmt: skip
     done = run_watchdog(
         "diagnose", *watch_sources(sim), "--no-cdn-default", "--json", "--log-format", "json",
-        "--duration", "58", cwd=tmp_path, timeout=150,
+        "--duration", str(watch_s), cwd=tmp_path, timeout=150,
     )  # fmt: skip
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-3000:]}"
     assert "Running: 4 reqs" in sim.log_text()  # the claim that outlived the load
