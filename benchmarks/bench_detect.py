@@ -186,7 +186,8 @@ def _named(log: str) -> str:
     for line in log.splitlines():
         if '"new": "hung"' in line or '"new": "dead"' in line:
             with contextlib.suppress(ValueError):
-                return str(json.loads(line).get("signature") or "hung")
+                verdict = json.loads(line).get("verdict") or {}
+                return str(verdict.get("signature") or "hung")
     return "hung"
 
 

@@ -146,27 +146,42 @@ def test_a_download_that_ends_in_a_crash_names_the_cause_and_the_death(
     assert named == {"cubin_download_stall"}, named  # never the consequence instead
 
 
+# The fallback each engine spells for disable_trtllm_attention, and the versions the server has.
+FALLBACKS = {
+    "sglang": ({"sglang": "0.5.23", "flashinfer-python": "0.6.7"},
+               "--attention-backend flashinfer"),
+    "vllm": ({"vllm": "0.14.0", "flashinfer-python": "0.6.7"},
+             "--attention-config.use_trtllm_attention=0"),
+    "trtllm": ({"tensorrt-llm": "1.3.0", "flashinfer-python": "0.6.7"}, ""),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", sorted(FALLBACKS))
 def test_supervise_restarts_a_first_batch_cubin_stall_with_the_fallback_and_sees_it_serve(
-    tmp_path: Path, cdn_factory: Callable[[str], int]
+    tmp_path: Path, cdn_factory: Callable[[str], int], engine: str
 ) -> None:
     from tests.test_remediation_e2e import Watchdog, remediation_record
 
+    versions, flag = FALLBACKS[engine]
     cdn = cdn_factory("blackhole")
     wd = Watchdog(
         tmp_path,
         "cubin_download_stall",
-        {"sglang": "0.5.23", "flashinfer-python": "0.6.7"},
+        versions,
         "--remediate",
         "--cdn-host",
         f"127.0.0.1:{cdn}",
-        sim_args=("--engine", "sglang", "--health-timeout-s", "5",
-                  "--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"),
-    )  # fmt: skip
+        sim_args=(*ENGINE_ARGS[engine], "--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"),
+    )
     try:
         wd.wait_for(r"remediation: recovered", timeout=150)
         starts = wd.starts()
-        assert len(starts) == 2 and starts[1].endswith("--attention-backend flashinfer"), starts
+        assert len(starts) == 2, starts
         plan = remediation_record(tmp_path)["plan"]
         assert plan["signature"] == "cubin_download_stall", plan
+        if flag:
+            assert starts[1].endswith(flag), starts
+        else:  # TensorRT-LLM: fmha/registry.py reads TLLM_FMHA_LIBS from the environment
+            assert plan["env"] == {"TLLM_FMHA_LIBS": "-flashinfer_trtllm_gen"}, plan
     finally:
         wd.stop()

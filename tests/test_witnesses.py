@@ -76,15 +76,20 @@ def test_cubin_stall_proven_by_flashinfer_failures_is_named_at_stall_after_s(
 def test_a_download_stack_alone_without_gpu_figures_waits_for_the_blind_limit(
     sigs: SignatureSet,
 ) -> None:
-    # One witness of the cause, no second one: not a proof, so the blind threshold holds.
+    # One witness of the cause, no second one: not a proof. The soft stage comes at
+    # stall_after_s naming the suspect; the cause itself only at the blind limit.
     th = Thresholds()
     tl = Timeline(gpus=(), procs=procs())
     onset = frozen_bar(tl, int(th.blind_stall_after_s) + 5, stacks=(stack(*DOWNLOAD_STACK),))
     pairs = verdicts(tl.obs, sigs, th)
     hit = first_hang(pairs)
     assert hit is not None and hit[0].t - onset >= th.blind_stall_after_s
-    early = [v for o, v in pairs if o.t - onset < th.blind_stall_after_s]
-    assert all(v.state not in ("hung", "stalled") for v in early)
+    early = [(o.t - onset, v) for o, v in pairs if o.t - onset < th.blind_stall_after_s]
+    assert not any(v.is_hang or v.state == "hung" for _, v in early)
+    soft = [(t, v) for t, v in early if v.state == "stalled"]
+    assert soft and soft[0][0] == th.stall_after_s, [t for t, _ in soft][:3]
+    assert "suspected: " in soft[0][1].reason and "cubin_download_stall" in soft[0][1].reason
+    assert any("download_file" in e.detail for e in soft[0][1].evidence)
 
 
 def test_a_moving_download_stack_is_no_proof(sigs: SignatureSet) -> None:
@@ -352,3 +357,52 @@ def test_a_spinning_gpu_while_serving_is_a_witness_whatever_the_gauges(
     assert (sig, took <= Thresholds().stall_after_s + 1) == ("gpu_kernel_spin", True), took
     v = verdicts(tl.obs, sigs)[-1][1]
     assert any("GPU busy without memory traffic" in w for w in v.witnesses)
+
+
+# --- FlashInfer's retries: the thread moves inside download_file, the socket comes and goes ---
+
+RETRY_FIRST = (  # dump 1: attempt 1 waits on the socket
+    ("readinto", "/usr/lib/python3.12/socket.py"),
+    ("_fetch", "/usr/lib/python3.12/site-packages/flashinfer/jit/cubin_loader.py"),
+    *DOWNLOAD_STACK,
+)
+RETRY_SECOND = (  # dump 2, 5 s later: the back-off sleep before attempt 2
+    ("sleep", "<built-in>"),
+    *DOWNLOAD_STACK,
+)
+
+
+def test_mark_unchanged_counts_the_outer_frames_both_dumps_share() -> None:
+    from watchdog.core.model import Frame, ThreadStack
+    from watchdog.sources.stackparse import mark_unchanged
+
+    def thread(frames: tuple[tuple[str, str], ...], line: int) -> ThreadStack:
+        fr = tuple(Frame(n, f, line + i) for i, (n, f) in enumerate(frames))
+        return ThreadStack(7, "MainThread", fr)
+
+    (marked,) = mark_unchanged((thread(RETRY_FIRST, 10),), (thread(RETRY_SECOND, 40),))
+    assert not marked.unchanged
+    assert marked.held == len(DOWNLOAD_STACK)  # download_file and its callers, lines aside
+
+
+def test_a_download_that_retries_is_still_proven_by_stack_and_socket(sigs: SignatureSet) -> None:
+    from dataclasses import replace
+
+    held = stack(*RETRY_FIRST, unchanged=False)
+    held = replace(held, threads=(replace(held.threads[0], held=len(DOWNLOAD_STACK)),))
+    tl = Timeline(gpus=(), procs=procs())
+    tl.tick(logs=_ev(SGLANG_READY))
+    onset = tl.now
+    for i in range(30):
+        attempt = i % 15 < 10  # 10 s attempts with the socket open, then the back-off sleep
+        tl.tick(
+            conns=(cdn_socket(float(i % 15)),) if attempt else (),
+            stacks=(held,) if i >= 13 else (),
+            server=_sglang(None, "not_generating"),
+        )
+    pairs = verdicts(tl.obs, sigs)
+    hit = first_hang(pairs)
+    assert hit is not None and hit[1].signature == "cubin_download_stall"
+    assert hit[0].t - onset <= 20, hit[0].t - onset
+    after = [v.signature for o, v in pairs if o.t >= hit[0].t]
+    assert set(after) == {"cubin_download_stall"}, after  # no flapping between attempts

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from watchdog.core.context import Context, Stall, Thresholds
-from watchdog.core.evidence import EVALUATORS, SOURCE, UNCHANGED
+from watchdog.core.evidence import EVALUATORS, HELD, SOURCE, UNCHANGED
 from watchdog.core.genericlive import with_generic
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
@@ -101,6 +101,17 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             **common,  # type: ignore[arg-type]
         )
     state, reason = _benign_state(ctx, sigs)
+    suspects = [] if ctx.gone else ctx.suspects
+    suspect = max(suspects, key=lambda m: m[0].priority) if suspects else None
+    if suspect is not None and state == "serving" and ctx.stall.due:
+        # Cause evidence without proof (a download stack and no socket or log line): the soft
+        # stage now, not after the blind limit; the cause is named once something proves it.
+        sig, ev = suspect
+        state = "stalled"
+        reason = (
+            f"{ctx.stall.detail}; suspected: {sig.title} ({sig.id}), not proven yet: "
+            + "; ".join(e.detail for e in ev if e.kind != "no_progress")
+        )
     if state == "stalled":
         named = _open_operation(ctx, sigs)
         if named is not None:
@@ -113,6 +124,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             + _ras_evidence(ctx)
             + ctx.gpu_figures()
             + ctx.capture_problems()
+            + (tuple(e for e in suspect[1] if e.kind != "no_progress") if suspect else ())
         )
     if state == "stalled":
         reason += _unknown_engine(obs)
@@ -329,6 +341,8 @@ def _match(
         # evidence proves is named now; the GPU adds nothing to a proof of a download or a wait.
         proof = _proof(pairs)
         if proof is None:
+            if not dying:
+                ctx.suspects.append((sig, found))
             return None
         found.append(Evidence("progress", "proof", f"cause proven by {proof}"))
     return sig, conf, found
@@ -343,10 +357,17 @@ def _proof(pairs: list[tuple[Rule, Evidence]]) -> str | None:
             return f"the server's own words ({rule.label})"
         if rule.kind == "stack" and rule.unchanged:
             return f"{rule.label}, unchanged across two dumps"
-    stuck = next((r for r, ev in pairs if r.kind == "stack" and UNCHANGED in ev.detail), None)
+    stuck = next(
+        (
+            r
+            for r, ev in pairs
+            if r.kind == "stack" and (UNCHANGED in ev.detail or HELD in ev.detail)
+        ),
+        None,
+    )
     other = next((r for r, _ in pairs if r.kind in ("cdn_socket", "log")), None)
     if stuck is not None and other is not None:
-        return f"{stuck.label} (unchanged across two dumps) with {other.label}"
+        return f"{stuck.label} (in that frame in both dumps) with {other.label}"
     return None
 
 

@@ -14,6 +14,7 @@ from watchdog.config import Config
 from watchdog.core.divergence import divergence
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Evidence, GpuSample, Observation, StackSample
+from watchdog.core.sigmodel import Signature
 from watchdog.core.window import Window
 
 
@@ -60,6 +61,8 @@ class Context:
         self.gone = obs.procs is not None and not obs.procs.alive
         self.has_gpu = any(g.sm is not None for g in obs.gpus)
         self.stall = self._stall()
+        # Signatures whose evidence holds but is no proof yet (filled in by classify()).
+        self.suspects: list[tuple[Signature, list[Evidence]]] = []
 
     def _stall(self) -> Stall:
         p, now = self.window.progress, self.obs.t

@@ -13,6 +13,7 @@ from watchdog.core.signatures import Rule
 from watchdog.core.spinsignals import describe, host_cpu, spin_by
 
 UNCHANGED = ", unchanged across two dumps"  # in a stack rule's detail: the thread did not move
+HELD = ", in that frame in both dumps"  # it moved within the frame, never out of it (retries)
 
 
 def _log(rule: Rule, ctx: Context) -> str | None:
@@ -70,31 +71,57 @@ def match_stacks(rule: Rule, stacks: Iterable[StackSample]) -> str | None:
     """Where a stack rule holds in these dumps (also used on dumps found in a plain log)."""
     # `same_frame`: a generic name (`broadcast`) counts only inside the right file. Otherwise
     # prefer a frame matched by name (download_file) over one matched only by its file.
+    # A thread stuck in the frame (unchanged, or held in it across both dumps) comes first.
     stacks = tuple(stacks)
     tests = (_both,) if rule.same_frame else (_by_name, _by_file)
+    found: list[str] = []
     for test in tests:
         for sample in stacks:
             for th in sample.threads:
                 if rule.unchanged and not th.unchanged:
                     continue
-                fr = next((f for f in th.frames if test(rule, f)), None)
-                if fr is not None:
-                    still = UNCHANGED if th.unchanged else ""
-                    title = short_title(sample.title)
-                    return (
-                        f"pid {sample.pid} ({title}) thread {th.name!r} in {fr.name} "
-                        f"({fr.filename}:{fr.line}){still}"
-                    )
+                at = next((i for i, f in enumerate(th.frames) if test(rule, f)), None)
+                if at is None:
+                    continue
+                fr = th.frames[at]
+                held = any(
+                    test(rule, f) and i >= len(th.frames) - th.held for i, f in enumerate(th.frames)
+                )
+                still = UNCHANGED if th.unchanged else HELD if held else ""
+                title = short_title(sample.title)
+                detail = (
+                    f"pid {sample.pid} ({title}) thread {th.name!r} in {fr.name} "
+                    f"({fr.filename}:{fr.line}){still}"
+                )
+                if still:
+                    return detail
+                found.append(detail)
+        if found:
+            return found[0]
     return None
 
 
+# FlashInfer sleeps up to 20 s between download attempts (5/10/20 s, cubin_loader.py v0.6.7):
+# a socket seen in this stall stays evidence that long after it closed.
+SOCKET_HOLD_S = 30.0
+
+
 def _cdn_socket(rule: Rule, ctx: Context) -> str | None:
-    conns = ctx.obs.conns
+    conns, ago = ctx.obs.conns, 0.0
+    if not conns:
+        since = ctx.window.progress.last_progress_t
+        for o in reversed(list(ctx.recent(SOCKET_HOLD_S))):
+            if since is not None and o.t < since:
+                break
+            if o.conns:
+                conns, ago = o.conns, ctx.obs.t - o.t
+                break
     if not conns:
         return None
     c = max(conns, key=lambda c: c.age_s)
     more = f" (and {len(conns) - 1} more)" if len(conns) > 1 else ""
-    return f"pid {c.pid} -> {c.host} ({c.ip}:{c.port}) {c.state} for {c.age_s:.0f} s{more}"
+    when = f", closed {ago:.0f} s ago (between download attempts)" if ago else ""
+    return f"pid {c.pid} -> {c.host} ({c.ip}:{c.port}) {c.state} for {c.age_s:.0f} s{more}{when}"
 
 
 def _gpu_spin(rule: Rule, ctx: Context) -> str | None:

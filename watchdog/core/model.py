@@ -145,6 +145,7 @@ class ThreadStack:
     frames: tuple[Frame, ...]
     active: bool = False
     unchanged: bool = False  # identical in two dumps taken an interval apart
+    held: int = 0  # outermost frames (same function and file) both dumps share
 
 
 @dataclass(frozen=True)

@@ -162,11 +162,14 @@ def blocking_frame(stacks: Sequence[StackSample]) -> str:
     a frame of a known activity (a download, a GPU wait, a collective), else ""."""
     kb = knowledge()
     for sample in stacks:
-        if sample.error or not sample.threads:
-            continue
-        act, _, unchanged, frame = _thread_activity(sample, kb)
-        if unchanged and act not in ("other", "no_stacks"):
-            return f"pid {sample.pid} in {frame}, unchanged across two dumps"
+        for act in kb.activities:
+            for th in sample.threads:
+                outer = len(th.frames) - th.held  # frames from here on are in both dumps
+                at = next((i for i, f in enumerate(th.frames) if _matches(act, f)), None)
+                if at is None or not (th.unchanged or at >= outer):
+                    continue
+                how = "unchanged across two dumps" if th.unchanged else "in it in both dumps"
+                return f"pid {sample.pid} in {_label(th.frames[at])}, {how}"
     return ""
 
 

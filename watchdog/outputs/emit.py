@@ -142,6 +142,8 @@ def format_verdict(v: Verdict, *, color: bool = False, remediation: str = "") ->
         lines += _wrap("why", why)
     if v.engine and (v.signature or v.evidence):
         lines += _wrap("engine", v.engine)
+    if v.witnesses and (v.signature or v.evidence):
+        lines += _wrap("pending", "work pending, as said by: " + "; ".join(v.witnesses))
     if v.evidence:
         lines.append(paint("evidence", "head", color))
         lines += [x for e in v.evidence for x in _item(f"[{e.source}] {e.detail}")]

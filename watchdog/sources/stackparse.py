@@ -119,11 +119,28 @@ def _int(value: Any) -> int:
 def mark_unchanged(
     first: Sequence[ThreadStack], second: Sequence[ThreadStack]
 ) -> tuple[ThreadStack, ...]:
-    """Mark each thread of `first` whose frames are identical in `second` (same thread id)."""
+    """Mark each thread of `first` whose frames are identical in `second` (same thread id),
+    and how many of its outermost frames (same function and file) both dumps share: a thread
+    that retries a download (FlashInfer: 10 s attempts, 5/10/20 s sleeps between them) moves
+    inside `download_file` but never leaves it."""
     later = {t.thread_id: t.frames for t in second}
     return tuple(
-        replace(t, unchanged=bool(t.frames) and later.get(t.thread_id) == t.frames) for t in first
+        replace(
+            t,
+            unchanged=bool(t.frames) and later.get(t.thread_id) == t.frames,
+            held=_common_outer(t.frames, later.get(t.thread_id, ())),
+        )
+        for t in first
     )
+
+
+def _common_outer(a: Sequence[Frame], b: Sequence[Frame]) -> int:
+    n = 0
+    for x, y in zip(reversed(a), reversed(b), strict=False):
+        if (x.name, x.filename) != (y.name, y.filename):
+            break
+        n += 1
+    return n
 
 
 def classify_failure(returncode: int, stderr: str, *, native: bool) -> PyspyFailure:
