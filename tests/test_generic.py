@@ -237,3 +237,28 @@ def test_live_line_the_server_progressed_past_is_not_reported(sigs: SignatureSet
     tl.ticks(2)
     v = final(tl.obs, sigs)
     assert not any(e.kind.startswith("generic:") for e in v.evidence), v
+
+
+def test_live_wait_lines_during_a_compile_leave_the_compile_alone(sigs: SignatureSet) -> None:
+    """vLLM logs its shm broadcast wait during long compiles too: no `stalled` over `compiling`."""
+    wait = events(
+        [
+            "(EngineCore_DP0 pid=9) INFO 03-02 10:00:00 [shm_broadcast.py:466] No available "
+            "shared memory broadcast block found in 60 seconds. This typically happens when some "
+            "processes are hanging or doing some time-consuming work (e.g. compilation)."
+        ],
+        sigs,
+    )
+    tl = Timeline(procs=procs(compilers=("nvcc",)))
+    tl.tick()
+    tl.tick(logs=wait)
+    tl.tick(logs=wait)
+    v = final(tl.obs, sigs)
+    assert v.state == "compiling" and not any(e.kind.startswith("generic:") for e in v.evidence)
+    # The same two lines while serving are a stall the log shows.
+    tl2 = Timeline(procs=procs(), server=ServerSample(up=True, health_status=200))
+    tl2.tick()  # the window's first tick is its own start
+    tl2.tick(logs=wait)
+    tl2.tick(logs=wait)
+    v2 = final(tl2.obs, sigs)
+    assert v2.state == "stalled" and v2.evidence[0].kind == "generic:stalled"

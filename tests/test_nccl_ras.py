@@ -236,3 +236,29 @@ def test_ranks_on_this_host_are_mapped_by_pid_for_per_rank_progress() -> None:
     # The stand-in's ranks 8-15 run on 10.0.0.2 with pids 4008-4015; rank 11 is one behind.
     assert found["local"] == {str(4000 + r): 1235 - (r == 11) for r in range(8, 16)}
     assert found["behind"] == [[11, 1]]
+
+
+def test_zero_counts_of_a_single_node_communicator_are_not_read_as_never_launched() -> None:
+    """NCCL >= 2.27 leaves opCount at 0 on single-node communicators (NVIDIA/nccl#2021)."""
+    from watchdog.sources.rasreport import findings
+
+    one_node = (
+        report("healthy", size=8)
+        .replace('"AllReduce": 1235', '"AllReduce": 0')
+        .replace('"10.0.0.2"', '"10.0.0.1"')
+    )
+    assert '"10.0.0.2"' not in one_node and '"AllReduce": 1235' not in one_node
+    rep = parse_report(one_node)
+    (line,) = analyse(rep)
+    assert "single-node communicator" in line and "NVIDIA/nccl#2021" in line
+    got = findings(rep, local_hosts={"10.0.0.1"})
+    assert got["counts"]["behind"] == 0 and got["local"] == {}
+    # Before 2.27 the counts were kept there: a 0 is a real count.
+    old = parse_report(one_node.replace('"nccl_version": "2.28.9"', '"nccl_version": "2.26.2"'))
+    assert analyse(old) == []
+    assert findings(old, local_hosts={"10.0.0.1"})["local"]["4000"] == 0
+    # Two nodes, all at 0: counted (multi-node communicators count), nothing behind.
+    assert (
+        analyse(parse_report(report("healthy").replace('"AllReduce": 1235', '"AllReduce": 0')))
+        == []
+    )

@@ -19,6 +19,11 @@ from watchdog.core.window import Window
 
 # Worse states a class may raise a verdict to; a verdict already worse keeps its state.
 _RANK = {"dead": 3, "hung": 2, "stalled": 1}
+# Work the live watch knows is legitimate (weights read, a compiler running, startup): vLLM
+# prints its shared-memory wait lines during long compiles too ("time-consuming work (e.g.
+# compilation)", vllm/distributed/device_communicators/shm_broadcast.py), so a `stalled` class
+# does not override these; a crash or a timeout does.
+_BUSY = frozenset({"starting", "loading", "compiling"})
 
 
 def live_events(window: Window) -> list[LogEvent]:
@@ -36,6 +41,8 @@ def with_generic(verdict: Verdict, window: Window, sigs: SignatureSet) -> Verdic
         return verdict
     p = found.primary
     state = found.state
+    if state == "stalled" and verdict.state in _BUSY:
+        return verdict
     if _RANK.get(verdict.state, 0) > _RANK.get(state, 0):
         state = verdict.state
     detail = f"{p.label}: {p.line}" + (f" ({p.detail})" if p.detail else "")

@@ -100,6 +100,20 @@ def _comm(c: dict[str, Any]) -> RasComm:
     return RasComm(str(c["hash"]), int(c["size"]), ranks, missing)
 
 
+def uncounted(report: RasReport, comm: RasComm) -> bool:
+    """Are the op counts of `comm` unreliable? On a single-node communicator NCCL >= 2.27 leaves
+    every rank's count at 0 (NVIDIA/nccl#2021: opCount not increasing in single-node comms), so
+    "0 ops" there is no sign that a rank never launched."""
+    hosts = {r.host for r in comm.ranks} | {m.host for m in comm.missing}
+    if len(hosts) != 1 or any(r.total for r in comm.ranks):
+        return False
+    try:
+        major, minor = (int(x) for x in report.nccl_version.split(".")[:2])
+    except ValueError:
+        return True  # an unknown version: do not read 0 as "never launched" either
+    return (major, minor) >= (2, 27)
+
+
 def analyse(report: RasReport) -> list[str]:
     """Evidence lines: dead and unresponsive ranks, and ranks behind their peers' collectives."""
     out: list[str] = []
@@ -110,6 +124,11 @@ def analyse(report: RasReport) -> list[str]:
             out.append(f"{where}: rank {m.rank} on {m.host or 'unknown host'} is {state}")
         if len(comm.ranks) < 2:
             continue
+        if uncounted(report, comm):
+            out.append(
+                f"{where}: collective counts read 0 on a single-node communicator; NCCL >= 2.27 "
+                "does not count them there (NVIDIA/nccl#2021), so RAS cannot show a rank behind"
+            )
         peak = max(r.total for r in comm.ranks)
         behind = sorted((r for r in comm.ranks if r.total < peak), key=lambda r: r.rank)
         if behind and len(behind) < len(comm.ranks):
@@ -135,14 +154,15 @@ def findings(report: RasReport, local_hosts: Collection[str] = ()) -> dict[str, 
         for m in comm.missing:
             counts["dead" if m.dead else "unresponsive"] += 1
         peak = max((r.total for r in comm.ranks), default=0)
-        lagging = [r for r in comm.ranks if r.total < peak] if len(comm.ranks) > 1 else []
+        counted = len(comm.ranks) > 1 and not uncounted(report, comm)
+        lagging = [r for r in comm.ranks if r.total < peak] if counted else []
         if len(lagging) < len(comm.ranks):
             for r in lagging:
                 behind[r.rank] = max(behind.get(r.rank, 0), peak - r.total)
         counts["behind"] += len(lagging) if len(lagging) < len(comm.ranks) else 0
         counts["async_error"] += sum(1 for r in comm.ranks if r.async_error or r.abort)
-        for r in comm.ranks:
-            if r.host in local_hosts and r.pid > 0:
+        for r in comm.ranks:  # an uncounted 0 is no progress figure for per-rank progress
+            if r.host in local_hosts and r.pid > 0 and not uncounted(report, comm):
                 local[str(r.pid)] = local.get(str(r.pid), 0) + r.total
     kept = sorted(behind.items())[:MAX_BEHIND]
     return {"counts": counts, "behind": [[rank, n] for rank, n in kept], "local": local}
