@@ -19,6 +19,8 @@ from watchdog.core.sigtext import cubin_source, fill
         ("http://127.0.0.1:8080/cubins/", "the cubin mirror 127.0.0.1:8080"),
         ("https://artifacts.corp.internal/flashinfer/", "the cubin mirror artifacts.corp.internal"),
         ("/srv/cubins", "the cubin mirror /srv/cubins"),
+        ("https://user:s3cret@mirror.internal:8443/c/", "the cubin mirror mirror.internal:8443"),
+        ("https://user:s3cret@mirror.internal:99999/", "the cubin mirror mirror.internal"),
     ],
 )
 def test_the_cubin_source_is_the_mirror_the_server_is_pointed_at(

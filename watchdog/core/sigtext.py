@@ -21,9 +21,17 @@ def cubin_source(facts: Mapping[str, Any]) -> str:
     if not isinstance(repo, str) or not repo.strip():
         return "NVIDIA's CDN"
     parts = urlsplit(repo.strip())
-    where = parts.netloc or parts.path  # a local path: FlashInfer copies instead of fetching
+    try:
+        port = parts.port
+    except ValueError:  # a malformed port: say no more than the host
+        port = None
     if parts.hostname == DEFAULT_CUBIN_HOST:
         return "NVIDIA's CDN"
+    # Host and port only: a URL's user:password part must never reach a title.
+    if parts.hostname:
+        where = parts.hostname + (f":{port}" if port else "")
+    else:
+        where = "" if parts.scheme else parts.path  # a local path: FlashInfer copies from it
     return f"the cubin mirror {where}" if where else "NVIDIA's CDN"
 
 
