@@ -246,7 +246,8 @@ def test_two_nodes_each_holding_a_cause_restart_once(
     the same Prometheus, and only the node whose cause rank stopped first restarts."""
     cdn = cdn_factory("blackhole")
     url = ["--cdn-url", f"http://127.0.0.1:{cdn}/artifactory/"]
-    tp = ["--tp", "2", "--gpus", "2"]
+    # A vLLM version the fallback can be spelled for (an unknown one gets no restart at all).
+    tp = ["--tp", "2", "--gpus", "2", "--fake-versions", "vllm=0.19.0"]
     sims = {
         "node-a": sim_factory("cubin_download_stall", mode="serve",
                               extra_args=[*tp, "--hang-rank", "1", *url]),
