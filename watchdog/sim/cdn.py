@@ -99,24 +99,26 @@ class _TrickleHandler(BaseHTTPRequestHandler):
 def _trickle(port: int) -> tuple[int, Callable[[], None]]:
     stopped = threading.Event()
     handler = type("Trickle", (_TrickleHandler,), {"stopped": stopped})
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, name="cdn-trickle", daemon=True).start()
-
-    def stop() -> None:
-        stopped.set()
-        httpd.shutdown()
-        httpd.server_close()
-
-    return int(httpd.server_address[1]), stop
+    return _http(port, handler, "cdn-trickle", before_stop=stopped.set)
 
 
 def _serve(port: int) -> tuple[int, Callable[[], None]]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), _CubinHandler)
+    return _http(port, _CubinHandler, "cdn-serve")
+
+
+def _http(
+    port: int,
+    handler: type[BaseHTTPRequestHandler],
+    name: str,
+    before_stop: Callable[[], None] = lambda: None,
+) -> tuple[int, Callable[[], None]]:
+    """An HTTP server on 127.0.0.1 in a thread; (port, stop)."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
     httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, name="cdn-serve", daemon=True).start()
+    threading.Thread(target=httpd.serve_forever, name=name, daemon=True).start()
 
     def stop() -> None:
+        before_stop()
         httpd.shutdown()
         httpd.server_close()
 
