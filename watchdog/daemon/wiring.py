@@ -35,8 +35,11 @@ class Built:
     stdin: Any = None  # the StreamReader of `--log-file -`: its EOF means the pipe closed
     extras: list[Any] = field(default_factory=list)
     engine: Any = None  # EngineRef: the engine profile in force (forced or detected)
+    capturer: Any = None  # StackCapturer: its py-spy runs are killed at shutdown
 
     def close(self) -> None:
+        if self.capturer is not None:
+            self.capturer.close()
         self.daemon.close()
         if self.server is not None:
             self.server.stop()
@@ -252,6 +255,7 @@ def _episodes(cfg: Config, built: Built) -> None:
             deadline_s=cfg.stack_deadline_s,
             second_after_s=cfg.stack_second_after_s,
         )
+        built.capturer = capturer
     from watchdog.remediation.factory import incident_dir
 
     writer = None
