@@ -142,7 +142,7 @@ def test_a_burst_then_the_death_line_is_found(tmp_path: Path, target: int) -> No
     wd = watch(tmp_path, log, target)
     with log.open("a") as fh:
         fh.write(STATS * (24_000_000 // len(STATS)) + DEATH)
-    wd.wait_line(FOUND, timeout=120)
+    wd.wait_line(FOUND, timeout=240)
     finish(wd)
 
 
