@@ -3,6 +3,11 @@ nothing). Every interval it prints the watchdog's RSS, threads, open fds and loo
 at the end the RSS and fd slopes after the window has filled (flat means bounded memory).
 
 Run: python benchmarks/soak.py [--minutes 15] [--tick-s 0.2] [--window-s 60] [--lines-per-s 2000]
+       [--burst-mb 8 --burst-every-s 60] [--long-lines-per-s 2]
+The burst writer appends BURST_MB of access lines at once every BURST_EVERY_S; the long-line
+writer appends 100 KB lines (SGLang's ProcessGroupNCCL shape, TensorRT-LLM's iteration log).
+At the end: the loop's p99 (from the exporter's histogram buckets, after the window filled)
+and how often the log source went down or fell behind.
 Everything stays on 127.0.0.1; the server is the simulated vLLM (watchdog/sim).
 """
 
@@ -59,13 +64,49 @@ def chatter(log: Path, per_s: int, stop: threading.Event) -> None:
             stop.wait(max(0.0, 0.1 - (time.monotonic() - began)))
 
 
-def loop_figures(port: int) -> tuple[float, float]:
-    """(sum, count) of hang_watchdog_loop_duration_seconds from /metrics."""
+LONG = (
+    "[2026-12-01 10:00:00 TP0] " + "[E ProcessGroupNCCL.cpp:1] " * 3800 + "\n",
+    "[12/01/2026-10:00:00] [TRT-LLM] [MPI_Rank 0] [I] iter = 1, global_rank = 0, rank = 0, "
+    "states = {" + "'num_ctx_requests': 0, " * 4300 + "}\n",
+)
+
+
+def bursts(log: Path, mb: float, every_s: float, stop: threading.Event) -> None:
+    """`mb` MB of access lines at once, every `every_s` seconds."""
+    chunk = ACCESS * max(1, int(mb * 2**20) // len(ACCESS))
+    while not stop.wait(every_s):
+        with log.open("a") as fh:
+            fh.write(chunk)
+
+
+def long_lines(log: Path, per_s: float, stop: threading.Event) -> None:
+    """100 KB lines, alternating the two engine shapes."""
+    n = 0
+    while not stop.wait(1.0 / per_s):
+        with log.open("a") as fh:
+            fh.write(LONG[n % 2])
+        n += 1
+
+
+def loop_figures(port: int) -> tuple[float, float, dict[float, float]]:
+    """(sum, count, {bucket bound: cumulative count}) of hang_watchdog_loop_duration_seconds."""
     url = f"http://127.0.0.1:{port}/metrics"
     with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback only
         body = resp.read().decode()
     vals = dict(re.findall(r"^hang_watchdog_loop_duration_seconds_(sum|count) (\S+)$", body, re.M))
-    return float(vals.get("sum", 0)), float(vals.get("count", 0))
+    les = re.findall(r'^hang_watchdog_loop_duration_seconds_bucket\{le="([^"]+)"\} (\S+)$', body,
+                     re.M)  # fmt: skip
+    buckets = {float(le): float(n) for le, n in les}
+    return float(vals.get("sum", 0)), float(vals.get("count", 0)), buckets
+
+
+def p99_bound(first: dict[float, float], last: dict[float, float]) -> float:
+    """The smallest bucket bound holding 99% of the loops between two scrapes."""
+    total = last.get(float("inf"), 0.0) - first.get(float("inf"), 0.0)
+    for le in sorted(last):
+        if total and last[le] - first.get(le, 0.0) >= 0.99 * total:
+            return le
+    return float("nan")
 
 
 def slope(points: list[tuple[float, float]]) -> float:
@@ -86,6 +127,9 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=60.0)
     ap.add_argument("--lines-per-s", type=int, default=2000)
     ap.add_argument("--every-s", type=float, default=10.0, help="seconds between samples")
+    ap.add_argument("--burst-mb", type=float, default=0.0, help="MB per burst (0: no bursts)")
+    ap.add_argument("--burst-every-s", type=float, default=60.0)
+    ap.add_argument("--long-lines-per-s", type=float, default=0.0, help="100 KB lines a second")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="soak-"))
     log, gpu, port_file = tmp / "server.log", tmp / "gpu.jsonl", tmp / "port"
@@ -109,13 +153,21 @@ def main() -> None:
         env=env(), stdout=subprocess.DEVNULL, stderr=err,
     )  # fmt: skip
     stop = threading.Event()
-    talker = threading.Thread(target=chatter, args=(log, a.lines_per_s, stop), daemon=True)
+    writers = [threading.Thread(target=chatter, args=(log, a.lines_per_s, stop), daemon=True)]
+    if a.burst_mb > 0:
+        writers.append(threading.Thread(target=bursts, daemon=True,
+                                        args=(log, a.burst_mb, a.burst_every_s, stop)))  # fmt: skip
+    if a.long_lines_per_s > 0:
+        writers.append(threading.Thread(target=long_lines, daemon=True,
+                                        args=(log, a.long_lines_per_s, stop)))  # fmt: skip
     try:
         up = wait_for(tmp / "watchdog.err", r"metrics on http://[^:]+:(\d+)/", proc=wd)
         port = int(up.group(1))
-        talker.start()
+        for w in writers:
+            w.start()
         proc = psutil.Process(wd.pid)
         began, last = time.monotonic(), loop_figures(port)
+        filled: dict[float, float] | None = None  # the histogram when the window had filled
         rss_pts: list[tuple[float, float]] = []
         fd_pts: list[tuple[float, float]] = []
         print(
@@ -134,12 +186,20 @@ def main() -> None:
             row = f"{t:6.0f} {rss:8.1f} {threads:7d} {fds:5d} {mean_ms:12.1f} {loops:6.0f}"
             print(row, flush=True)
             if t > a.window_s * 1.5:  # the window (and its log budget) has filled
+                filled = now[2] if filled is None else filled
                 rss_pts.append((t, rss))
                 fd_pts.append((t, fds))
         print(f"after the window filled: RSS slope {slope(rss_pts):+.2f} MB/min, "
               f"fd slope {slope(fd_pts):+.2f} /min over {len(rss_pts)} samples")  # fmt: skip
+        if filled is not None:
+            print(f"loop p99 after the window filled: <= {p99_bound(filled, last[2]):g} s "
+                  f"(histogram bucket; tick {a.tick_s:g} s)")  # fmt: skip
         text = (tmp / "watchdog.err").read_text(errors="replace")
         print(f"tracebacks in the watchdog's stderr: {text.count('Traceback')}")
+        print(
+            f"'source logs is down' lines: {text.count('source logs is down')}, "
+            f"'fell behind' lines: {text.count('fell behind')}"
+        )
     finally:
         stop.set()
         wd.terminate()

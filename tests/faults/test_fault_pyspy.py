@@ -135,3 +135,28 @@ def test_a_helper_left_behind_by_a_pyspy_that_finished_is_killed(
         wait_for(lambda: not alive(helper), timeout=5)
     finally:
         kill_if_alive([helper])
+
+
+def test_shutdown_kills_a_capture_in_flight(tmp_path: Path, target: ProcInfo) -> None:
+    """A stop signal during a dump: py-spy (its own session) and its helpers must not outlive
+    the watchdog, nor hold the server paused through its grace."""
+    pidfile = tmp_path / "pyspy.pid"
+    body = (
+        "import os, subprocess\n"
+        "p = subprocess.Popen(['sleep', '617'], start_new_session=True)\n"
+        f"open({str(pidfile)!r}, 'w').write(f'{{os.getpid()}} {{p.pid}}')\n"
+        "time.sleep(600)"
+    )
+    cap = StackCapturer(pyspy=fake_pyspy(tmp_path, body), deadline_s=60.0, second_after_s=-1)
+    assert cap.start([target])
+    pids = [int(x) for x in wait_for(lambda: pidfile.exists() and pidfile.read_text()).split()]
+    try:
+        began = time.monotonic()
+        cap.close()
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=5)
+        wait_for(lambda: not cap.busy(), timeout=10)
+        assert time.monotonic() - began < 10
+        result = cap.poll()
+        assert result is not None and result.result != "ok"
+    finally:
+        kill_if_alive(pids)

@@ -103,3 +103,37 @@ def test_a_grandchild_does_not_outlive_a_server_that_exits(tmp_path: Path, how: 
         wd.assert_clean()
     finally:
         kill_if_alive([helper])
+
+
+def test_a_stop_signal_during_a_stack_capture_is_the_servers_own_exit(tmp_path: Path) -> None:
+    """The simulated vLLM hangs, the watchdog dumps it with a py-spy that never finishes, and
+    SIGTERM arrives mid-dump: py-spy is killed first (it would hold the server paused through
+    its grace and outlive the watchdog), the server stops, and no failure is invented."""
+    from tests.test_e2e_supervise import SHORT, SIM, workdir
+
+    pidfile = tmp_path / "pyspy.pid"
+    pyspy = tmp_path / "py-spy"
+    pyspy.write_text(
+        f"#!{sys.executable}\nimport os, time\n"
+        f"open({str(pidfile)!r}, 'a').write(f'{{os.getpid()}}\\n')\ntime.sleep(600)\n"
+    )
+    pyspy.chmod(0o755)
+    gpu = tmp_path / "gpu.jsonl"
+    child = [*SIM, "--scenario", "kernel_deadlock", "--mode", "bench", "--startup-s", "1"]
+    child += ["--gpu-file", str(gpu), "--cc", "10.0", "--workdir", str(workdir(tmp_path))]
+    wd = Watchdog(
+        tmp_path, "--no-cdn-default", "--metrics-addr", "off", "--gpu-source", f"file:{gpu}",
+        *SHORT, "--pyspy", str(pyspy), "--stack-deadline-s", "120", "--", *child,
+    )  # fmt: skip
+    pids: list[int] = []
+    try:
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), timeout=120)
+        pids = [int(x) for x in pidfile.read_text().split()]
+        wd.signal(signal.SIGTERM)
+        code = wd.wait(60)
+        assert "reporting failure" not in wd.stderr, wd.stderr[-3000:]
+        assert code in (0, 128 + signal.SIGTERM), wd.stderr[-3000:]
+        wait_for(lambda: not any(alive(pid) for pid in pids), timeout=10)
+        wd.assert_clean()
+    finally:
+        kill_if_alive(pids)

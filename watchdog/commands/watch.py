@@ -98,7 +98,10 @@ def _watch(cfg: Config, built: Any, stop: threading.Event) -> int:
     if sup is None:
         return 0
     # A stop signal, or the server ended by itself: either way its whole tree is stopped, so
-    # a grandchild it forked (setsid, a double fork) does not run on under PID 1.
+    # a grandchild it forked (setsid, a double fork) does not run on under PID 1. A py-spy
+    # dump still running first: it holds the server paused, deaf to its SIGTERM.
+    if getattr(built, "capturer", None) is not None:
+        built.capturer.close()
     try:
         sup.shutdown(cfg.stop_grace_s)
     except StopError as exc:

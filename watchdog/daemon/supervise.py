@@ -170,7 +170,9 @@ class Supervisor:
         # Recorded before any signal: a worker that outlives its parent (vLLM's engine core
         # keeps the GPU memory) is reparented and no longer a descendant of the child.
         found = {p.pid: p for p in _tree(child.pid)}
-        found.update((p.pid, p) for p in tagged(self._tag) if p.pid not in found)
+        # The child itself is signalled through its group only: a second SIGTERM can land
+        # while Python is exiting from the first, with the default action (death by SIGTERM).
+        found.update((p.pid, p) for p in tagged(self._tag) if p.pid not in (*found, child.pid))
         tree = list(found.values())
         if child.poll() is not None and tree:
             pids = ", ".join(str(p.pid) for p in tree[:10])

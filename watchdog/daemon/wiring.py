@@ -35,8 +35,11 @@ class Built:
     stdin: Any = None  # the StreamReader of `--log-file -`: its EOF means the pipe closed
     extras: list[Any] = field(default_factory=list)
     engine: Any = None  # EngineRef: the engine profile in force (forced or detected)
+    capturer: Any = None  # StackCapturer: its py-spy runs are killed at shutdown
 
     def close(self) -> None:
+        if self.capturer is not None:
+            self.capturer.close()
         self.daemon.close()
         if self.server is not None:
             self.server.stop()
@@ -134,7 +137,11 @@ def _logs(
     if not readers:
         return None, None
     patterns = LogPatterns.from_engines(engine.engines)  # operator profiles' lines too
-    return LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns), stdin
+    # Half a tick for parsing, at most 0.3 s: the loop stays under its tick through a burst
+    # (what the budget leaves is carried to the next tick, not dropped).
+    budget = min(0.3, cfg.tick_s / 2)
+    source = LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns, budget_s=budget)
+    return source, stdin
 
 
 def _server(cfg: Config, engine: Any) -> Any:
@@ -254,6 +261,7 @@ def _episodes(cfg: Config, built: Built) -> None:
             deadline_s=cfg.stack_deadline_s,
             second_after_s=cfg.stack_second_after_s,
         )
+        built.capturer = capturer
     from watchdog.remediation.factory import incident_dir
 
     writer = None

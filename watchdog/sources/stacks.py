@@ -103,6 +103,7 @@ class StackCapturer:
         self._thread: threading.Thread | None = None
         self._result: CaptureResult | None = None
         self._stop = threading.Event()
+        self._running: dict[int, tuple[subprocess.Popen, str]] = {}  # py-spy runs: pid -> tag
 
     def start(self, procs: Sequence[ProcInfo]) -> bool:
         """Begin a capture in a background thread; False if one is already running."""
@@ -132,8 +133,16 @@ class StackCapturer:
             return self._thread is not None and self._thread.is_alive()
 
     def close(self) -> None:
-        """Cut short the wait before a running capture's second dump (daemon shutdown)."""
+        """Daemon shutdown: cut short the wait before a second dump and kill the py-spy runs
+        still going (a dump pauses the server, which then cannot act on its own SIGTERM;
+        and py-spy in its own session would outlive the watchdog)."""
         self._stop.set()
+        with self._lock:
+            running = list(self._running.values())
+        for proc, tag in running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            signal_tagged(tag, signal.SIGKILL)
 
     def _background(self, procs: tuple[ProcInfo, ...]) -> None:
         result = self.capture_now(procs)
@@ -235,6 +244,8 @@ class StackCapturer:
 
     def _run(self, argv: list[str], deadline: float) -> tuple[int | None, str, str]:
         """Run py-spy until `deadline` (monotonic); None as the status when it was killed."""
+        if self._stop.is_set():  # shutting down: no retry, no second dump
+            return None, "", ""
         timeout = max(0.1, deadline - time.monotonic())
         tag = new_tag()  # finds what py-spy forks, even past setsid or a double fork
         try:
@@ -252,11 +263,19 @@ class StackCapturer:
             return 126, "", f"permission denied running py-spy: {e}"
         except OSError as e:
             return 127, "", f"could not run py-spy: {e}"
+        with self._lock:
+            self._running[proc.pid] = (proc, tag)
+            stopping = self._stop.is_set()  # close() ran between the check above and here
+        if stopping:
+            _kill_group(proc, tag)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc, tag)
             return None, "", ""
+        finally:
+            with self._lock:
+                self._running.pop(proc.pid, None)
         signal_tagged(tag, signal.SIGKILL)  # a helper it left behind: nothing outlives a dump
         return proc.returncode, out or "", err or ""
 
