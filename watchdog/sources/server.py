@@ -159,8 +159,11 @@ class InflightRequests:
 
 def _own_ports(port: int) -> set[int]:
     """Local ports of this process's own connections to `port` (the scrape's)."""
+    me = psutil.Process()
+    # psutil 6 renamed Process.connections to net_connections; pyproject allows 5.9.
+    listing = getattr(me, "net_connections", None) or me.connections
     try:
-        conns = psutil.Process().net_connections(kind="tcp")
+        conns = listing(kind="tcp")
     except (psutil.Error, OSError):
         return set()
     return {c.laddr.port for c in conns if c.raddr and c.raddr.port == port and c.laddr}
