@@ -5,11 +5,18 @@ Errors name the file, the class and the key, as the signatures' own do.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from watchdog.core.generic import GENERIC_KINDS, GENERIC_STATES, GenericClass, GenericRule
-from watchdog.core.tomlcheck import SignatureError, array, check_keys, get, regex, strs
+from watchdog.core.tomlcheck import (
+    SignatureError,
+    array,
+    check_keys,
+    entry_id,
+    get,
+    regex,
+    strs,
+)
 
 _CLASS_KEYS = {"id", "state", "title", "needs", "commands", "rule", "unless"}
 _RULE_KEYS = {"kind", "label", "pattern", "count", "min_s"}
@@ -38,11 +45,7 @@ def merge_generic(
 
 
 def _class(e: Any, where: str, origin: str) -> GenericClass:
-    if not isinstance(e, dict):
-        raise SignatureError(f"{where}: must be a table")
-    cid = e.get("id")
-    if not isinstance(cid, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", cid):
-        raise SignatureError(f"{where}: key 'id': must be a snake_case string, got {cid!r}")
+    cid = entry_id(e, where)
     where = f"{origin}: generic '{cid}'"
     check_keys(e, _CLASS_KEYS, where)
     state = get(e, "state", str, where, "stalled")

@@ -6,7 +6,6 @@ reading code.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -19,6 +18,7 @@ from watchdog.core.tomlcheck import (
     array,
     check_bounds,
     check_keys,
+    entry_id,
     finite,
     get,
     read_toml_text,
@@ -196,11 +196,7 @@ def _engine_texts(tables: dict[str, Any], where: str) -> dict[str, EngineText]:
 
 
 def _signature(e: Any, where: str, origin: str) -> Signature:
-    if not isinstance(e, dict):
-        raise SignatureError(f"{where}: must be a table")
-    sig_id = e.get("id")
-    if not isinstance(sig_id, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", sig_id):
-        raise SignatureError(f"{where}: key 'id': must be a snake_case string, got {sig_id!r}")
+    sig_id = entry_id(e, where)
     where = f"{origin}: signature '{sig_id}'"
     check_keys(e, _SIG_KEYS, where)
     when = get(e, "when", str, where, "stalled")

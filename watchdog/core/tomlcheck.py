@@ -36,6 +36,16 @@ def check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
         )
 
 
+def entry_id(e: Any, where: str) -> str:
+    """The snake_case `id` of an array-of-tables entry; SignatureError naming `where` else."""
+    if not isinstance(e, dict):
+        raise SignatureError(f"{where}: must be a table")
+    eid = e.get("id")
+    if not isinstance(eid, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", eid):
+        raise SignatureError(f"{where}: key 'id': must be a snake_case string, got {eid!r}")
+    return eid
+
+
 def get(table: Mapping[str, Any], key: str, tp: Any, where: str, default: Any) -> Any:
     if key not in table:
         return default
