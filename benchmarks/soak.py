@@ -130,7 +130,12 @@ def main() -> None:
     ap.add_argument("--burst-mb", type=float, default=0.0, help="MB per burst (0: no bursts)")
     ap.add_argument("--burst-every-s", type=float, default=60.0)
     ap.add_argument("--long-lines-per-s", type=float, default=0.0, help="100 KB lines a second")
+    ap.add_argument(
+        "--settle-s", type=float, default=None,
+        help="seconds before slopes and p99 count (default 3 windows: the log budget fills)",
+    )  # fmt: skip
     a = ap.parse_args()
+    settle = a.settle_s if a.settle_s is not None else a.window_s * 3
     tmp = Path(tempfile.mkdtemp(prefix="soak-"))
     log, gpu, port_file = tmp / "server.log", tmp / "gpu.jsonl", tmp / "port"
     sim = subprocess.Popen(
@@ -185,7 +190,7 @@ def main() -> None:
             threads = proc.num_threads()
             row = f"{t:6.0f} {rss:8.1f} {threads:7d} {fds:5d} {mean_ms:12.1f} {loops:6.0f}"
             print(row, flush=True)
-            if t > a.window_s * 1.5:  # the window (and its log budget) has filled
+            if t > settle:  # the window (and its log budget) has filled
                 filled = now[2] if filled is None else filled
                 rss_pts.append((t, rss))
                 fd_pts.append((t, fds))

@@ -38,7 +38,7 @@ LOG_SKIP_REASONS: tuple[str, ...] = ("dropped", "lag", "budget")
 SOURCE_ALIASES: dict[str, str] = {"server": "vllm"}
 
 # Upper bounds of the loop-duration histogram, seconds. A tick is ~1 s; py-spy dumps can take 10+.
-LOOP_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+LOOP_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
 @dataclass(frozen=True)
