@@ -21,7 +21,7 @@ from watchdog.core.model import (
 )
 from watchdog.core.signatures import load_signatures
 from watchdog.core.window import Window
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
 
 ACCESS = '(APIServer pid=7) INFO:     127.0.0.1:50163 - "POST /v1/completions HTTP/1.1" 200 OK'
 STATS = (

@@ -35,11 +35,11 @@ from logload import write_busy_log  # noqa: E402
 from watchdog.core.model import LogEvent  # noqa: E402
 from watchdog.core.openops import keep_with_ops, load_ops  # noqa: E402
 from watchdog.core.signatures import load_signatures  # noqa: E402
-from watchdog.sources.linesplit import BlockSplitter, LineSplitter  # noqa: E402
-from watchdog.sources.logparse import clean_line  # noqa: E402
-from watchdog.sources.logs import FileFollower, LogSource  # noqa: E402
-from watchdog.sources.logscan import BlockScanner, StackBlocks, parse_text  # noqa: E402
-from watchdog.sources.logstacks import StackScanner  # noqa: E402
+from watchdog.sources.logs.parse import clean_line  # noqa: E402
+from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text  # noqa: E402
+from watchdog.sources.logs.source import FileFollower, LogSource  # noqa: E402
+from watchdog.sources.logs.split import BlockSplitter, LineSplitter  # noqa: E402
+from watchdog.sources.logs.stackdumps import StackScanner  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

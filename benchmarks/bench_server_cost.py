@@ -36,7 +36,7 @@ from tests.real_engine.engine import (  # noqa: E402
     stop_group,
 )
 from watchdog.core.model import ProcInfo  # noqa: E402
-from watchdog.sources.stacks import StackCapturer  # noqa: E402
+from watchdog.sources.stacks.capture import StackCapturer  # noqa: E402
 
 
 def real_python() -> str:

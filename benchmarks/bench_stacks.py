@@ -4,7 +4,7 @@ ratio; asserts nothing).
 Starts N real Python processes ("ranks", each blocked a few frames deep, as a rank waiting in
 a collective is), then times:
   serial      one `py-spy dump --pid P` after another, as a shell loop would
-  capturer    the watchdog's StackCapturer.capture_now (sources/stacks.py, whatever its
+  capturer    the watchdog's StackCapturer.capture_now (sources/stacks/capture.py, whatever its
               scheduling is on this checkout: concurrency, overall deadline), first dump only
 Both without --native by default (--native: both with it), so the ratio is the scheduling's.
 The capturer runs py-spy twice per rank (JSON for the rules, text for the bundle).
@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from watchdog.core.model import ProcInfo  # noqa: E402
-from watchdog.sources.stackparse import resolve_pyspy  # noqa: E402
-from watchdog.sources.stacks import StackCapturer  # noqa: E402
+from watchdog.sources.stacks.capture import StackCapturer  # noqa: E402
+from watchdog.sources.stacks.parse import resolve_pyspy  # noqa: E402
 
 RANK = """
 import sys, threading, time

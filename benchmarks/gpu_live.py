@@ -32,8 +32,8 @@ import gpu_live_cases as cases  # noqa: E402
 from gpu_live_procs import Procs, find_pyspy, free_port, scrape  # noqa: E402
 
 from watchdog.core.model import GpuSample  # noqa: E402
-from watchdog.sources.gpu import GpuError  # noqa: E402
-from watchdog.sources.nvml import NvmlBackend  # noqa: E402
+from watchdog.sources.gpu.backend import GpuError  # noqa: E402
+from watchdog.sources.gpu.nvml import NvmlBackend  # noqa: E402
 
 # Short thresholds: the ratios are what is under test, not the 15 s production timings.
 TIMING = [

@@ -2,7 +2,7 @@
 
 `RecordingNvml` wraps pynvml on a GPU host and keeps, per GPU and per poll, what each call
 returned (or which NVML error it raised). `ReplayNvml` is a stand-in for pynvml that gives those
-answers back, so `watchdog.sources.nvml.NvmlBackend` (passed `module=`) runs unchanged on a
+answers back, so `watchdog.sources.gpu.nvml.NvmlBackend` (passed `module=`) runs unchanged on a
 machine without a GPU. The JSON format (tests/data/nvml/README.md):
 
     {"driver": "...", "devices": [{"polls": [{"nvmlDeviceGetPowerUsage": 81234, ...}, ...]}]}

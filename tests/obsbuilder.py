@@ -1,6 +1,6 @@
 """Build Observation sequences for the pure-core tests: one tick a second from a fake clock.
 
-Log events come from the REAL parser (`watchdog.sources.logparse.parse_line`) over real-format
+Log events come from the REAL parser (`watchdog.sources.logs.parse.parse_line`) over real-format
 lines under tests/data/logs/ (or tests/data/classify/ where no real line exists), so a
 classifier test also proves the parser and the signature regexes agree.
 """
@@ -28,8 +28,8 @@ from watchdog.core.model import (
 )
 from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.core.window import Window
-from watchdog.sources.linesplit import LineSplitter
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
+from watchdog.sources.logs.split import LineSplitter
 
 DATA = Path(__file__).resolve().parent / "data"
 LOGS = DATA / "logs"

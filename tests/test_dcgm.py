@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from watchdog.sources.dcgm import DcgmSource, parse_dcgm
-from watchdog.sources.gpusource import make_gpu_source
+from watchdog.sources.gpu.dcgm import DcgmSource, parse_dcgm
+from watchdog.sources.gpu.source import make_gpu_source
 
 DATA = Path(__file__).parent / "data"
 

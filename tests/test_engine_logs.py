@@ -9,7 +9,7 @@ from pathlib import Path
 
 from watchdog.core.model import LogEvent, Observation
 from watchdog.core.window import Window
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
 
 DATA = Path(__file__).parent / "data" / "logs"
 

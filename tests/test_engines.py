@@ -10,7 +10,7 @@ import pytest
 from watchdog.engines.detect import EngineRef, detect_engine
 from watchdog.engines.loader import EngineError, load_engines
 from watchdog.sim.trtllm_launch import launcher_argv
-from watchdog.sources.logparse import LogPatterns, parse_line
+from watchdog.sources.logs.parse import LogPatterns, parse_line
 
 GOOD = """
 schema = 1

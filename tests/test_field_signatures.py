@@ -24,8 +24,8 @@ from watchdog.core.classify import Thresholds
 from watchdog.core.logverdict import name_signatures
 from watchdog.core.model import ServerSample, Verdict
 from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.sources.gpufile import GpuFileSource
-from watchdog.sources.logs import FileFollower, LogSource
+from watchdog.sources.gpu.file import GpuFileSource
+from watchdog.sources.logs.source import FileFollower, LogSource
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -326,7 +326,7 @@ def test_live_log_source_turns_a_dump_in_the_log_into_stack_evidence(
 
 def _live(tmp_path: Path, sigs: SignatureSet, name: str, gpu_line: str) -> Verdict:
     """The live path on a real excerpt: the file followed as the server's log (its dump is
-    in-log stack evidence) and a `file:` GPU source (sources/gpufile.py) fed `gpu_line`."""
+    in-log stack evidence) and a `file:` GPU source (sources/gpu/file.py) fed `gpu_line`."""
     log, gpus = tmp_path / "server.log", tmp_path / "gpu.jsonl"
     log.write_text("", encoding="utf-8")
     src = LogSource([FileFollower(log, from_start=True)], keep=sigs.log_keep_pattern())

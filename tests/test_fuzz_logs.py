@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.fuzzkit import FUZZ, growth
 from watchdog.core.model import LogEvent
-from watchdog.sources.logparse import clean_line, parse_line
+from watchdog.sources.logs.parse import clean_line, parse_line
 
 # Pieces of real vLLM/SGLang/tqdm lines, so the fuzzer reaches the parsers' deeper branches.
 PIECES = st.sampled_from(
@@ -91,7 +91,7 @@ def test_hostile_lines_parse_in_linear_time(shape: str) -> None:
     assert ratio < 24, f"{shape}: 8x the input took {ratio:.0f}x the time (linear is ~8)"
 
 
-# -- stack dumps found in logs (watchdog/sources/logstacks.py) ------------------------------
+# -- stack dumps found in logs (watchdog/sources/logs/stackdumps.py) ------------------------------
 
 DUMP_PIECES = st.sampled_from(
     [
@@ -119,14 +119,14 @@ DUMP_PIECES = st.sampled_from(
 @FUZZ
 @given(st.lists(DUMP_PIECES | st.text(max_size=12), max_size=40).map("".join))
 def test_any_log_text_gives_stack_events_or_none(text: str) -> None:
-    from watchdog.sources.logstacks import scan_lines
+    from watchdog.sources.logs.stackdumps import scan_lines
 
     events = scan_lines(text.split("\n"), source="fuzz")
     assert all(isinstance(e, LogEvent) and e.kind == "stack" for e in events)
 
 
 def test_stack_scanning_scales_linearly() -> None:
-    from watchdog.sources.logstacks import scan_lines
+    from watchdog.sources.logs.stackdumps import scan_lines
 
     def make(n: int) -> list[str]:
         head = ["Thread 0x00007f0000000000 (most recent call first):"]

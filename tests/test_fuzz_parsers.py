@@ -16,11 +16,11 @@ from watchdog.core.model import Observation
 from watchdog.core.signatures import load_signatures
 from watchdog.core.timeline import parse_timeline
 from watchdog.core.window import Window
-from watchdog.sources.dcgm import parse_dcgm
-from watchdog.sources.gpufile import BadLine
-from watchdog.sources.gpufile import parse_line as parse_gpu_line
-from watchdog.sources.linesplit import LineSplitter, split_records
-from watchdog.sources.stackparse import DumpParseError, parse_dump_json
+from watchdog.sources.gpu.dcgm import parse_dcgm
+from watchdog.sources.gpu.file import BadLine
+from watchdog.sources.gpu.file import parse_line as parse_gpu_line
+from watchdog.sources.logs.split import LineSplitter, split_records
+from watchdog.sources.stacks.parse import DumpParseError, parse_dump_json
 
 SIGS = load_signatures([])
 

@@ -21,7 +21,7 @@ from watchdog.core.classify import Thresholds, classify
 from watchdog.core.model import Observation, ProcInfo, ProcSnapshot, to_dict
 from watchdog.core.signatures import load_signatures
 from watchdog.core.window import Window
-from watchdog.sources.nvml import NvmlBackend
+from watchdog.sources.gpu.nvml import NvmlBackend
 
 BENCH = REPO_ROOT / "benchmarks"
 sys.path.insert(0, str(BENCH))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from watchdog.sources.gpufile import BadLine, GpuFileSource, parse_line
+from watchdog.sources.gpu.file import BadLine, GpuFileSource, parse_line
 
 
 class FakeClock:
@@ -146,7 +146,7 @@ def test_bad_lines_are_counted_and_never_break_it(
         + line(sm=0.6)
     )  # fmt: skip
     source = GpuFileSource(path, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="hang_watchdog.sources.gpufile"):
+    with caplog.at_level(logging.WARNING, logger="hang_watchdog.sources.gpu.file"):
         got = source.poll()
     assert got[0].sm == 0.6 and source.health.up
     assert source.bad_lines == 4
@@ -158,7 +158,7 @@ def test_bad_lines_are_counted_and_never_break_it(
 def test_bad_line_warnings_are_capped(path: Path, clock: FakeClock, caplog: Any) -> None:
     path.write_text("nope\n" * 50 + line())
     source = GpuFileSource(path, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="hang_watchdog.sources.gpufile"):
+    with caplog.at_level(logging.WARNING, logger="hang_watchdog.sources.gpu.file"):
         assert source.poll()
     assert source.bad_lines == 50
     assert len(caplog.records) == 11  # 10 lines named, then one "counted, not logged"

@@ -9,11 +9,11 @@ from collections.abc import Callable
 import pytest
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.dcgm import DcgmSource
-from watchdog.sources.fakegpu import FakeGpuBackend
-from watchdog.sources.gpu import FabricInfo, GpuError
-from watchdog.sources.gpufile import GpuFileSource
-from watchdog.sources.gpusource import GpuSource, NullGpuSource, make_gpu_source
+from watchdog.sources.gpu.backend import FabricInfo, GpuError
+from watchdog.sources.gpu.dcgm import DcgmSource
+from watchdog.sources.gpu.fake import FakeGpuBackend
+from watchdog.sources.gpu.file import GpuFileSource
+from watchdog.sources.gpu.source import GpuSource, NullGpuSource, make_gpu_source
 
 WAIT_S = 20.0  # generous: the machine may be loaded
 

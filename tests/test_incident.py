@@ -23,7 +23,7 @@ from watchdog.core.model import (
 )
 from watchdog.core.timeline import read_timeline
 from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident
-from watchdog.sources.stacks import CaptureResult, StackCapturer, resolve_pyspy
+from watchdog.sources.stacks.capture import CaptureResult, StackCapturer, resolve_pyspy
 
 HF = "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm123456"
 API = "sk-" + "LiveKey0123456789abcdefXYZ"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.sources.journal import JournalReader
+from watchdog.sources.logs.journal import JournalReader
 
 # The stand-in records its argv, prints what $STANDIN_OUT holds, then follows (sleeps) or exits.
 STANDIN = """#!{python}

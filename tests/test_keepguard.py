@@ -1,4 +1,4 @@
-"""The guarded keep (watchdog/sources/keepguard.py) answers exactly as the keep pattern does,
+"""The guarded keep (watchdog/sources/logs/keepguard.py) answers exactly as the keep pattern does,
 on every line of the real upstream logs, on hostile long lines and on fuzzed text."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.fuzzkit import FUZZ, growth
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.core.signatures import load_signatures
-from watchdog.sources.keepguard import keeps, top_level_alternatives
+from watchdog.sources.logs.keepguard import keeps, top_level_alternatives
 
 KEEP = keep_with_ops(load_signatures([]).log_keep_pattern(), load_ops())
 assert KEEP is not None

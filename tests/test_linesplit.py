@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.sources.linesplit import LineSplitter, split_records
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
+from watchdog.sources.logs.split import LineSplitter, split_records
 
 
 def test_splitter_handles_tqdm_carriage_returns_and_partial_lines() -> None:

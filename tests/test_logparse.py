@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from watchdog.core.model import LogEvent
-from watchdog.sources.logparse import clean_line, parse_elapsed, parse_line
+from watchdog.sources.logs.parse import clean_line, parse_elapsed, parse_line
 
 DATA = Path(__file__).parent / "data" / "logs"
 

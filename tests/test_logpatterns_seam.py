@@ -22,8 +22,8 @@ from watchdog.config import Config
 from watchdog.core.model import LogEvent
 from watchdog.daemon.wiring import build
 from watchdog.engines.loader import load_engines
-from watchdog.sources.logparse import LogPatterns
-from watchdog.sources.logs import FileFollower, LogSource
+from watchdog.sources.logs.parse import LogPatterns
+from watchdog.sources.logs.source import FileFollower, LogSource
 
 ACME = "acme step 7 queue=2"
 

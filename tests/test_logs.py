@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from watchdog.sources.logs import FileFollower, LogSource, StreamReader
+from watchdog.sources.logs.source import FileFollower, LogSource, StreamReader
 
 DATA = Path(__file__).parent / "data" / "logs"
 
@@ -231,7 +231,7 @@ def test_log_source_reports_reader_errors_and_closes_readers() -> None:
 def test_a_bar_frozen_before_attach_is_still_seen(tmp_path: Path) -> None:
     """Attaching to a server already hung: its last tqdm redraw was never terminated, and it
     is the server's state now, although everything before it is skipped."""
-    from watchdog.sources.logs import LogSource
+    from watchdog.sources.logs.source import LogSource
 
     log = tmp_path / "vllm.log"
     bar = "Processed prompts:   0%|          | 0/768 [00:00<?, ?it/s]"

@@ -18,10 +18,9 @@ import pytest
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.core.signatures import load_signatures
-from watchdog.sources.linesplit import BlockSplitter, LineSplitter, count_lines, split_records
-from watchdog.sources.logparse import clean_line, literal_keys, parse_line
-from watchdog.sources.logs import FileFollower, LogSource, StreamReader
-from watchdog.sources.logscan import (
+from watchdog.sources.logs.parse import clean_line, literal_keys, parse_line
+from watchdog.sources.logs.prefilter import Prefilter, required_literals
+from watchdog.sources.logs.scan import (
     BlockScanner,
     StackBlocks,
     parse_lines,
@@ -29,8 +28,9 @@ from watchdog.sources.logscan import (
     prefilter_for,
     tail_lines,
 )
-from watchdog.sources.logstacks import StackScanner
-from watchdog.sources.prefilter import Prefilter, required_literals
+from watchdog.sources.logs.source import FileFollower, LogSource, StreamReader
+from watchdog.sources.logs.split import BlockSplitter, LineSplitter, count_lines, split_records
+from watchdog.sources.logs.stackdumps import StackScanner
 
 DATA = Path(__file__).parent / "data" / "logs"
 KEEP = keep_with_ops(load_signatures().log_keep_pattern(), load_ops())  # what LogSource keeps
@@ -53,7 +53,7 @@ NOISE = [
 ]
 
 
-# Stack dumps inside the log (watchdog/sources/logstacks.py): a py-spy dump and a traceback,
+# Stack dumps inside the log (watchdog/sources/logs/stackdumps.py): a py-spy dump and a traceback,
 # interleaved with ordinary lines.
 STACKS = (
     b"Process 4242: python -m sglang.launch_server\n"

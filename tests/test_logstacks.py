@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from watchdog.core.logdumps import log_stacks
-from watchdog.sources.linesplit import LineSplitter
-from watchdog.sources.logparse import clean_line
-from watchdog.sources.logstacks import StackScanner, scan_lines, strip_prefixes
+from watchdog.sources.logs.parse import clean_line
+from watchdog.sources.logs.split import LineSplitter
+from watchdog.sources.logs.stackdumps import StackScanner, scan_lines, strip_prefixes
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -257,8 +257,8 @@ def test_a_dump_in_one_journal_record_reaches_the_log_source(
     """SGLang logs its py-spy dump as one record; journald keeps it as one multi-line MESSAGE.
     A real `journalctl` stand-in serves it; the live LogSource finds the dump in it."""
     from tests.test_journal import STANDIN, install_journalctl
-    from watchdog.sources.journal import JournalReader
-    from watchdog.sources.logs import LogSource
+    from watchdog.sources.logs.journal import JournalReader
+    from watchdog.sources.logs.source import LogSource
 
     install_journalctl(tmp_path, monkeypatch, STANDIN)
     monkeypatch.setenv("STANDIN_OUT", str(tmp_path / "out"))

@@ -11,9 +11,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from watchdog.sources.gpu import GpuError
-from watchdog.sources.gpusource import GpuSource
-from watchdog.sources.nvml import NvmlBackend
+from watchdog.sources.gpu.backend import GpuError
+from watchdog.sources.gpu.nvml import NvmlBackend
+from watchdog.sources.gpu.source import GpuSource
 
 
 class FakeNvml:
@@ -207,7 +207,7 @@ def test_failing_field_is_none_and_unsupported_logged_once(
     fake.errors["nvmlDeviceGetPowerUsage"] = nvml_error(pynvml.NVML_ERROR_UNKNOWN)
     fake.errors["nvmlDeviceGetClockInfo"] = nvml_error(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
     backend = started()
-    with caplog.at_level(logging.INFO, logger="hang_watchdog.sources.nvml"):
+    with caplog.at_level(logging.INFO, logger="hang_watchdog.sources.gpu.nvml"):
         samples = [backend.sample(0) for _ in range(3)]
     assert all(s.power_w is None and s.sm_clock_mhz is None for s in samples)
     assert all(s.cc == "10.3" and s.sm is not None for s in samples)

@@ -16,7 +16,7 @@ from tests.simfixtures import sim_env
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops, open_operations, stuck_cause
 from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 OPS = load_ops()

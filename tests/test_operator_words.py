@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.obsbuilder import Timeline, window_of
+from watchdog.commands.preflight import UsageError, options_from_args
 from watchdog.config import Config
 from watchdog.core.classify import Thresholds, classify
 from watchdog.core.evidence import short_title
@@ -22,7 +23,6 @@ from watchdog.core.model import GpuSample, ProcSnapshot
 from watchdog.core.signatures import load_signatures
 from watchdog.daemon.loop import judging_line
 from watchdog.outputs.summary import render_summary
-from watchdog.preflight import UsageError, options_from_args
 from watchdog.preflight.checks_watchdog import check_incident_space
 from watchdog.preflight.report import CheckResult, render_table
 from watchdog.sources.conns import Resolver

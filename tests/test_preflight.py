@@ -23,8 +23,8 @@ from watchdog.preflight.checks_gpu import check_gpus, collect_gpus
 from watchdog.preflight.checks_versions import check_known_bad
 from watchdog.preflight.report import exit_code
 from watchdog.sources.facts import trtllm_attention as trtllm_setting
-from watchdog.sources.fakegpu import FakeGpuBackend
-from watchdog.sources.gpu import FabricInfo, GpuError
+from watchdog.sources.gpu.backend import FabricInfo, GpuError
+from watchdog.sources.gpu.fake import FakeGpuBackend
 
 SLEEP = shutil.which("sleep")
 NVCC_OUT = """nvcc: NVIDIA (R) Cuda compiler driver

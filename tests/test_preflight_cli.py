@@ -16,13 +16,13 @@ from site import getsitepackages
 
 import pytest
 
+from watchdog.commands.preflight import add_arguments, options_from_args, run
 from watchdog.core.model import GpuSample
-from watchdog.preflight import add_arguments, options_from_args, run
 from watchdog.preflight.checks_cubins import DEFAULT_CUBINS_REPOSITORY, probe_cdn
 from watchdog.preflight.report import SCHEMA, STATUSES
-from watchdog.sources.fakegpu import FakeGpuBackend
+from watchdog.sources.gpu.fake import FakeGpuBackend
 
-MAIN = "import sys; from watchdog.preflight import main; sys.exit(main(sys.argv[1:]))"
+MAIN = "import sys; from watchdog.commands.preflight import main; sys.exit(main(sys.argv[1:]))"
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -8,7 +8,7 @@ from watchdog.engines.loader import load_engines
 from watchdog.preflight.checks_engine import check_attention_path
 from watchdog.preflight.checks_gpu import collect_gpus
 from watchdog.preflight.checks_versions import check_known_bad, check_versions
-from watchdog.sources.fakegpu import FakeGpuBackend
+from watchdog.sources.gpu.fake import FakeGpuBackend
 
 
 def inventory(*ccs: str):  # noqa: ANN201

@@ -18,7 +18,7 @@ from watchdog.core.model import (
 )
 from watchdog.core.rankprogress import first_to_stop, rank_progress
 from watchdog.outputs.fleet import LAST_PROGRESS, FleetLabels, fleet_series
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
 
 BUSY = 0.15
 TP = 4

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
 STALL = LOGS / "r_vllm0320cpu_cubin_stall_trickle.log"

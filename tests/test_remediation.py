@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
+from watchdog.commands import fallback as fallback_cli
 from watchdog.config import build_config
 from watchdog.core.model import Observation, ProcSnapshot, Verdict
 from watchdog.core.signatures import load_signatures
 from watchdog.outputs.emit import Emitter
 from watchdog.outputs.export import MetricsSink
-from watchdog.remediation import cli as fallback_cli
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.limits import Gate, gate
 from watchdog.remediation.plan import PlanError, make_plan, parse_version

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.test_remediation import SIGS, FakeDaemon, hang, make_hook, metric, obs
 from watchdog.config import build_config
-from watchdog.remediation.fleet import Candidate, FleetDecider, fleet_block, pick
+from watchdog.remediation.deployment import Candidate, FleetDecider, fleet_block, pick
 
 
 def _cause(rank: int | None, waiting: tuple[int, ...] = ()):

@@ -15,7 +15,7 @@ import pytest
 from stackprocs.spawn import start_target, stop
 
 from watchdog.core.model import ProcInfo
-from watchdog.sources.stacks import StackCapturer, resolve_pyspy
+from watchdog.sources.stacks.capture import StackCapturer, resolve_pyspy
 
 REAL_PYSPY = resolve_pyspy(None)
 pytestmark = pytest.mark.skipif(REAL_PYSPY is None, reason="py-spy is a test dependency")

@@ -18,8 +18,13 @@ import pytest
 from stackprocs.spawn import start_target, stop
 
 from watchdog.core.model import Frame, ProcInfo, ThreadStack
-from watchdog.sources.stackparse import DumpParseError, mark_unchanged, parse_dump_json
-from watchdog.sources.stacks import CaptureResult, StackCapturer, preflight_pyspy, resolve_pyspy
+from watchdog.sources.stacks.capture import (
+    CaptureResult,
+    StackCapturer,
+    preflight_pyspy,
+    resolve_pyspy,
+)
+from watchdog.sources.stacks.parse import DumpParseError, mark_unchanged, parse_dump_json
 
 REAL_PYSPY = resolve_pyspy(None)
 needs_pyspy = pytest.mark.skipif(REAL_PYSPY is None, reason="py-spy is a test dependency")

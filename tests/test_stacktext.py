@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from watchdog.sources.logstacks import scan_lines
-from watchdog.sources.stacks import resolve_pyspy
-from watchdog.sources.stacktext import render_text
+from watchdog.sources.logs.stackdumps import scan_lines
+from watchdog.sources.stacks.capture import resolve_pyspy
+from watchdog.sources.stacks.text import render_text
 
 PYSPY = resolve_pyspy(None)
 BLOCKED = """

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.deploystandins import systemd_expand
+from watchdog.commands.preflight import add_arguments, options_from_args
 from watchdog.config import load_config
-from watchdog.preflight import add_arguments, options_from_args
 from watchdog.remediation.restarters import env_file_text
 from watchdog.sources.facts import trtllm_attention
 

@@ -26,7 +26,7 @@ from watchdog.core.classify import Thresholds
 from watchdog.core.model import LogEvent, ServerSample
 from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.core.witnesses import Witnesses, line_clock
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
 
 CUBIN_LOG = "classify/cubin_download_v067.log"
 # The three ways a host gives no GPU figures: no source (`--gpu-source none`), a source that is
@@ -374,7 +374,7 @@ RETRY_SECOND = (  # dump 2, 5 s later: the back-off sleep before attempt 2
 
 def test_mark_unchanged_counts_the_outer_frames_both_dumps_share() -> None:
     from watchdog.core.model import Frame, ThreadStack
-    from watchdog.sources.stackparse import mark_unchanged
+    from watchdog.sources.stacks.parse import mark_unchanged
 
     def thread(frames: tuple[tuple[str, str], ...], line: int) -> ThreadStack:
         fr = tuple(Frame(n, f, line + i) for i, (n, f) in enumerate(frames))

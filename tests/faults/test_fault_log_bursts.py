@@ -19,9 +19,9 @@ from tests.faults.test_fault_logs import DEATH, FOUND, finish, watch
 from watchdog.core.model import LogEvent, Observation
 from watchdog.core.signatures import load_signatures
 from watchdog.core.window import Window
-from watchdog.sources.linesplit import BlockSplitter
-from watchdog.sources.logs import FileFollower, LogSource
-from watchdog.sources.logscan import BlockScanner
+from watchdog.sources.logs.scan import BlockScanner
+from watchdog.sources.logs.source import FileFollower, LogSource
+from watchdog.sources.logs.split import BlockSplitter
 
 pytestmark = pytest.mark.slow
 

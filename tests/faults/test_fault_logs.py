@@ -169,7 +169,7 @@ def test_a_blocking_reader_is_cut_off_by_the_deadline() -> None:
     from watchdog.config import Config
     from watchdog.core.signatures import load_signatures
     from watchdog.daemon.loop import Daemon, Sources
-    from watchdog.sources.logs import LogSource
+    from watchdog.sources.logs.source import LogSource
 
     release = threading.Event()
 

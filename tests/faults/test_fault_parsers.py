@@ -7,7 +7,7 @@ import contextlib
 
 import pytest
 
-from watchdog.sources.dcgm import parse_dcgm
+from watchdog.sources.gpu.dcgm import parse_dcgm
 from watchdog.sources.rasreport import RasError, parse_report
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.faults.harness import alive, kill_if_alive, wait_for
 from watchdog.core.model import ProcInfo
-from watchdog.sources.stacks import StackCapturer
+from watchdog.sources.stacks.capture import StackCapturer
 
 pytestmark = pytest.mark.slow
 

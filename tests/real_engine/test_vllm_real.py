@@ -19,7 +19,7 @@ from tests.real_engine.engine import Hang, Load, VllmServer, http, wait_until
 from tests.real_engine.watch import Watchdog, evidence_kinds, evidence_text
 from watchdog.engines.loader import load_engines
 from watchdog.sim.cdn import start_cdn
-from watchdog.sources.logparse import parse_line
+from watchdog.sources.logs.parse import parse_line
 
 Servers = Callable[..., VllmServer]
 Watchdogs = Callable[..., Watchdog]

@@ -266,7 +266,7 @@ FEATURES: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
     ),
     (
         "preflight",
-        "watchdog.preflight",
+        "watchdog.commands.preflight",
         "check a host before the server starts (GPUs, kernels, cubins, disk, py-spy)",
         [
             (
@@ -287,7 +287,7 @@ FEATURES: tuple[tuple[str, str, str, list[tuple[str, str]]], ...] = (
     ),
     (
         "fallback",
-        "watchdog.remediation.cli",
+        "watchdog.commands.fallback",
         "show or clear the fallback that remediation applied",
         [
             ("what is applied now", "hang-watchdog fallback show"),

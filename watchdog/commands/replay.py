@@ -106,7 +106,7 @@ def _patterns(files: list[str]) -> Any:
     """The log formats of the shipped and the operator's engine profiles; None (reported) if a
     profile file is bad."""
     from watchdog.engines.loader import EngineError, load_engines
-    from watchdog.sources.logparse import LogPatterns, default_patterns
+    from watchdog.sources.logs.parse import LogPatterns, default_patterns
 
     if not files:
         return default_patterns()

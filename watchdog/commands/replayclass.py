@@ -9,8 +9,8 @@ from typing import Any
 from watchdog.core.generic import ClassVerdict, class_verdict, find_classes
 from watchdog.core.model import LogEvent
 from watchdog.core.signatures import SignatureSet
-from watchdog.sources.linesplit import split_records
-from watchdog.sources.logparse import clean_line
+from watchdog.sources.logs.parse import clean_line
+from watchdog.sources.logs.split import split_records
 
 TAIL_LINES = 400  # livelock and a cut traceback are read from the log's last lines only
 

@@ -27,11 +27,11 @@ from watchdog.core.openops import (
 )
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.sigtext import fill
-from watchdog.sources.linesplit import Block, LineSplitter, count_lines, split_records
-from watchdog.sources.logparse import LogPatterns, clean_line
-from watchdog.sources.logscan import BlockScanner, StackBlocks
-from watchdog.sources.logstacks import StackScanner
-from watchdog.sources.prefilter import Prefilter, keys_of, spans_at
+from watchdog.sources.logs.parse import LogPatterns, clean_line
+from watchdog.sources.logs.prefilter import Prefilter, keys_of, spans_at
+from watchdog.sources.logs.scan import BlockScanner, StackBlocks
+from watchdog.sources.logs.split import Block, LineSplitter, count_lines, split_records
+from watchdog.sources.logs.stackdumps import StackScanner
 
 # Where split_records can find a record glued onto a tqdm bar: after `]`, a date, a vLLM
 # `(Proc pid=N) ` prefix or a level word (linesplit._GLUED, loosened to a superset on bytes:

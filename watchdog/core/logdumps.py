@@ -2,7 +2,7 @@
 
 A dump from the log counts as one dump: its threads are never `unchanged`. A thread is
 `unchanged` only when the previous dump of the same process in the log holds the same thread
-with the same frames, the rule the watchdog's own py-spy pairs follow (sources/stacks.py).
+with the same frames, the rule the watchdog's own py-spy pairs follow (sources/stacks/capture.py).
 
 A traceback that ends in an exception shows where code failed, not where a thread waits, so it
 is no stack evidence (a recovered error must not look like a parked thread). The exceptions a

@@ -15,7 +15,7 @@ from typing import Any
 from watchdog.core.model import LogEvent, Observation
 from watchdog.core.witnesses import Witnesses
 
-# Milestones after which the server is ready to serve (log kinds from watchdog/sources/logparse.py).
+# Milestones after which the server is ready to serve (log kinds of sources/logs/parse.py).
 READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
 # Log text is the window's only input that grows with the server: a logged 64 KB prompt per
 # line would otherwise hold ~100 MB (issue 11.11). Each kept line is cut to its head and tail,

@@ -26,8 +26,8 @@ import psutil
 from watchdog.core.redact import redact_argv
 from watchdog.daemon.leftovers import report_leftovers
 from watchdog.sources.deadline import Worker
-from watchdog.sources.linesplit import Block
-from watchdog.sources.logs import StreamReader
+from watchdog.sources.logs.source import StreamReader
+from watchdog.sources.logs.split import Block
 from watchdog.sources.treetag import TAG_VAR, new_tag, tagged
 
 log = logging.getLogger("hang_watchdog.supervise")

@@ -86,7 +86,7 @@ def _death(sigs: SignatureSet) -> re.Pattern[str] | None:
 
 
 def _gpu(cfg: Config) -> Any:
-    from watchdog.sources.gpusource import make_gpu_source
+    from watchdog.sources.gpu.source import make_gpu_source
 
     if cfg.gpu_source.strip() == "none":
         # Off on purpose: no source at all, so no `source_up{source="gpu"} 0` for
@@ -117,8 +117,8 @@ def _logs(
     cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any
 ) -> tuple[Any, Any]:
     """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
-    from watchdog.sources.logparse import LogPatterns
-    from watchdog.sources.logs import FileFollower, LogSource, StreamReader
+    from watchdog.sources.logs.parse import LogPatterns
+    from watchdog.sources.logs.source import FileFollower, LogSource, StreamReader
 
     readers: list[Any] = []
     stdin = None
@@ -129,7 +129,7 @@ def _logs(
         else:
             readers.append(FileFollower(path))
     if cfg.journal_unit:
-        from watchdog.sources.journal import JournalReader
+        from watchdog.sources.logs.journal import JournalReader
 
         readers.append(JournalReader(cfg.journal_unit))
     if supervisor is not None:
@@ -252,7 +252,7 @@ def _episodes(cfg: Config, built: Built) -> None:
 
     capturer = None
     if cfg.stacks and built.daemon.sources.procs is not None:
-        from watchdog.sources.stacks import StackCapturer
+        from watchdog.sources.stacks.capture import StackCapturer
 
         capturer = StackCapturer(
             pyspy=cfg.pyspy,

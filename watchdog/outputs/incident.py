@@ -28,7 +28,7 @@ from watchdog.core.redact import redact_argv, redact_text, redact_tree, relevant
 from watchdog.core.timeline import write_timeline
 from watchdog.outputs.summary import render_summary
 from watchdog.sources.pyenv import COMMON, PACKAGES
-from watchdog.sources.stacks import CaptureResult
+from watchdog.sources.stacks.capture import CaptureResult
 
 log = logging.getLogger("hang_watchdog.incident")
 # Shown whatever the engine (with the spellings older timelines used).

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from watchdog.preflight import deadline
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
-from watchdog.sources.gpu import FabricInfo, GpuBackend, GpuError
+from watchdog.sources.gpu.backend import FabricInfo, GpuBackend, GpuError
 
 T = TypeVar("T")
 log = logging.getLogger("hang_watchdog.preflight")

@@ -25,7 +25,7 @@ from watchdog.preflight.checks_gpu import GpuInventory, check_gpus, collect_gpus
 from watchdog.preflight.checks_versions import KnownBadLike
 from watchdog.preflight.report import CheckResult, failed
 from watchdog.sources.facts import trtllm_attention
-from watchdog.sources.gpu import GpuBackend
+from watchdog.sources.gpu.backend import GpuBackend
 from watchdog.sources.pyenv import COMMON, PyEnvError, package_versions
 
 

@@ -16,7 +16,7 @@ from watchdog.config import Config
 from watchdog.core.model import Observation, Verdict
 from watchdog.core.signatures import SignatureSet
 from watchdog.remediation.canary import CanaryHook
-from watchdog.remediation.fleet import FleetDecider, fleet_block
+from watchdog.remediation.deployment import FleetDecider, fleet_block
 from watchdog.remediation.limits import Gate, SteadyWall, clamp_future, gate
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
@@ -27,7 +27,7 @@ log = logging.getLogger("hang_watchdog.remediation")
 
 
 def _decider(cfg: Config) -> FleetDecider | None:
-    """Cause mode of a deployment: the Prometheus-answer decider (remediation/fleet.py)."""
+    """Cause mode of a deployment: the Prometheus-answer decider (remediation/deployment.py)."""
     if not cfg.deployment or cfg.fleet_remediation != "cause":
         return None
     from watchdog.outputs.fleet import FleetLabels

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from watchdog.sources.prefilter import required_literals
+from watchdog.sources.logs.prefilter import required_literals
 
 Guard = Callable[[str], bool]
 _CACHE: dict[tuple[str, int], Guard] = {}

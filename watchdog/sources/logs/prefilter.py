@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from watchdog.sources.linesplit import line_spans
+from watchdog.sources.logs.split import line_spans
 
 try:  # re._parser is the stdlib's own regex parser (sre_parse before 3.11)
     from re import _parser as _sre  # type: ignore[attr-defined]

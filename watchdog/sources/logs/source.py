@@ -18,11 +18,11 @@ from typing import BinaryIO, Protocol
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.sources.base import SourceHealth
-from watchdog.sources.linesplit import Block, BlockSplitter, count_eols
-from watchdog.sources.logparse import LogPatterns, clean_line, parse_line
-from watchdog.sources.logscan import BlockScanner, StackBlocks, parse_text, tail_lines
-from watchdog.sources.logstacks import StackScanner
-from watchdog.sources.streamreader import StreamReader
+from watchdog.sources.logs.parse import LogPatterns, clean_line, parse_line
+from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text, tail_lines
+from watchdog.sources.logs.split import Block, BlockSplitter, count_eols
+from watchdog.sources.logs.stackdumps import StackScanner
+from watchdog.sources.logs.stream import StreamReader
 
 __all__ = ["FileFollower", "LineReader", "LogSource", "StreamReader"]
 

@@ -19,7 +19,7 @@ from typing import IO, Any
 from watchdog.core.model import GpuSample
 from watchdog.sources.base import SourceHealth
 
-log = logging.getLogger("hang_watchdog.sources.gpufile")
+log = logging.getLogger("hang_watchdog.sources.gpu.file")
 
 MAX_LINE_BYTES = 1 << 20  # a "line" longer than this without a newline is dropped as bad
 # A file that already holds samples is joined near its end, as `tail -F` would: the newest

@@ -1,6 +1,7 @@
 """The line formats of stack dumps that appear in logs, and the engine prefixes around them.
 
-Read from upstream (see watchdog/sources/logstacks.py for the formats and their sources). Every
+Read from upstream (see watchdog/sources/logs/stackdumps.py for the formats and their sources).
+Every
 regex is anchored and bounded, so a hostile line costs at most a few thousand steps.
 """
 

@@ -1,6 +1,6 @@
 """The GPU interface: a backend per vendor API, and the source that polls it with a deadline.
 
-`GpuBackend` is what `NvmlBackend` (watchdog/sources/nvml.py) implements and what tests fake
+`GpuBackend` is what `NvmlBackend` (watchdog/sources/gpu/nvml.py) implements and what tests fake
 with `FakeGpuBackend`. Only nvml.py imports pynvml.
 """
 

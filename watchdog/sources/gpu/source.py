@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from watchdog.core.model import GpuSample
 from watchdog.sources.base import SourceHealth
 from watchdog.sources.deadline import Worker
-from watchdog.sources.gpu import FabricInfo, GpuBackend, GpuError
-from watchdog.sources.gpufile import GpuFileSource
-from watchdog.sources.nvml import NvmlBackend
+from watchdog.sources.gpu.backend import FabricInfo, GpuBackend, GpuError
+from watchdog.sources.gpu.file import GpuFileSource
+from watchdog.sources.gpu.nvml import NvmlBackend
 
 if TYPE_CHECKING:  # the dcgm: source (httpx, prometheus_client's parser) loads only when used
     import httpx
 
-    from watchdog.sources.dcgm import DcgmSource
+    from watchdog.sources.gpu.dcgm import DcgmSource
 
-log = logging.getLogger("hang_watchdog.sources.gpu")
+log = logging.getLogger("hang_watchdog.sources.gpu.backend")
 
 T = TypeVar("T")
 
@@ -204,7 +204,7 @@ def make_gpu_source(
     if spec.strip() == "none":
         return NullGpuSource()
     if kind == "dcgm" and sep and arg.startswith(("http://", "https://")):
-        from watchdog.sources.dcgm import DcgmSource
+        from watchdog.sources.gpu.dcgm import DcgmSource
 
         return DcgmSource(arg, client=http_client)
     if kind == "dcgm":

@@ -9,7 +9,7 @@ import collections
 import threading
 from typing import BinaryIO
 
-from watchdog.sources.linesplit import Block, BlockSplitter, line_spans
+from watchdog.sources.logs.split import Block, BlockSplitter, line_spans
 
 _CHUNK = 65536
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from watchdog.core.model import ProcInfo, StackSample, ThreadStack
 from watchdog.sources.procenv import tracer_pid
-from watchdog.sources.stackparse import (
+from watchdog.sources.stacks.parse import (
     FIX_INSTALL,
     FIX_PERMISSION,
     FIX_TIMEOUT,
@@ -32,7 +32,7 @@ from watchdog.sources.stackparse import (
     preflight_pyspy,
     resolve_pyspy,
 )
-from watchdog.sources.stacktext import render_text
+from watchdog.sources.stacks.text import render_text
 from watchdog.sources.treetag import TAG_VAR, new_tag, signal_tagged
 
 __all__ = ["CaptureResult", "StackCapturer", "preflight_pyspy", "resolve_pyspy"]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.gpu import FabricInfo, GpuError
+from watchdog.sources.gpu.backend import FabricInfo, GpuError
 
 Script = Sequence[GpuSample] | Callable[[int], GpuSample]
 

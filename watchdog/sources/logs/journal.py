@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.sources.logs import StreamReader
+from watchdog.sources.logs.source import StreamReader
 
 OUTPUTS = ("cat", "json")
 

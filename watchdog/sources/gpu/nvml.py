@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.gpu import FabricInfo, GpuError
+from watchdog.sources.gpu.backend import FabricInfo, GpuError
 
-log = logging.getLogger("hang_watchdog.sources.nvml")
+log = logging.getLogger("hang_watchdog.sources.gpu.nvml")
 
 T = TypeVar("T")
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.core.model import LogEvent
-from watchdog.sources.logstackformats import (
+from watchdog.sources.logs.stackformats import (
     FH_FRAME,
     FH_THREAD,
     GDB_FRAME,
@@ -359,8 +359,8 @@ def start_keys() -> tuple[str, ...] | None:
     """Literals one of which every line that can start a dump (or name SGLang's dump pid)
     holds, from the patterns `_start` and `feed` try; None if one has no literal. While no dump
     is open, a line holding none of them changes nothing, so the log source's prefilter may
-    skip it (watchdog/sources/logscan.py)."""
-    from watchdog.sources.prefilter import required_literals
+    skip it (watchdog/sources/logs/scan.py)."""
+    from watchdog.sources.logs.prefilter import required_literals
 
     keys: list[str] = ["#0 "]  # _start's guard before GDB_FRAME
     for pattern in (PYSPY_PROCESS, PYSPY_THREAD, FH_THREAD, GDB_THREAD, TB_START, SGLANG_DUMP):

@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from watchdog.core.model import LogEvent
-from watchdog.sources.linesplit import Block, split_records
-from watchdog.sources.logparse import LogPatterns, clean_line, literal_keys, parse_line
-from watchdog.sources.prefilter import Prefilter, required_literals
+from watchdog.sources.logs.parse import LogPatterns, clean_line, literal_keys, parse_line
+from watchdog.sources.logs.prefilter import Prefilter, required_literals
+from watchdog.sources.logs.split import Block, split_records
 
 if TYPE_CHECKING:
-    from watchdog.sources.logstacks import StackScanner
+    from watchdog.sources.logs.stackdumps import StackScanner
 
 
 def prefilter_for(
@@ -137,7 +137,7 @@ class StackBlocks:
     def __init__(
         self, parser: BlockScanner, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        from watchdog.sources.logstacks import start_keys
+        from watchdog.sources.logs.stackdumps import start_keys
 
         self.parser = parser
         keys = start_keys()

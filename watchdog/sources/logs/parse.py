@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from watchdog.core.model import LogEvent
 from watchdog.engines.loader import EngineSet, load_engines
 from watchdog.engines.profile import LogRule
-from watchdog.sources.keepguard import keeps
+from watchdog.sources.logs.keepguard import keeps
 
 # CSI (colour, cursor moves), OSC (titles, ended by BEL or ST) and two-byte escapes.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
