@@ -57,14 +57,16 @@ def build(
     logs, stdin = _logs(cfg, sigs, supervisor, engine)
     procs = _procs(cfg, supervisor, engine)
     # Polled in this order: the procs source first, its target and tree in the tick for the
-    # facts and connection sources; the facts source reads the environment the others reuse.
+    # others; the facts source reads the environment the others reuse. The log source comes
+    # before the server scrape: its first poll starts at the end of the file (`tail -F`), so a
+    # line written while the scrape waits would be missed.
     listed = (
         procs,
         _facts(cfg, engine),
-        _conns(cfg) if procs is not None else None,
         _gpu(cfg),
-        _server(cfg, engine),
         logs,
+        _server(cfg, engine),
+        _conns(cfg) if procs is not None else None,
         _ras(cfg),
     )
     sources: list[Source] = [s for s in listed if s is not None]
