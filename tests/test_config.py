@@ -257,3 +257,15 @@ def test_bad_server_url_flag_exits_2_through_the_cli() -> None:
     proc = run_watchdog("run", "--server-url", "http://127.0.0.1:notport", "--no-cdn-default")
     assert proc.returncode == 2, proc.stderr
     assert "'server_url'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_runtime_checks_name_the_key_against_the_worst_loop() -> None:
+    from watchdog.configcheck import check_stale_after, check_watchdog_interval
+
+    cfg = Config(tick_s=1.0, metrics_stale_s=5.0)
+    check_stale_after(cfg, 4.9)
+    with pytest.raises(ConfigError, match=r"key 'metrics_stale_s'.*Set it above 5"):
+        check_stale_after(cfg, 5.0)
+    check_watchdog_interval(cfg, 4.9, 5.0)
+    with pytest.raises(ConfigError, match=r"key 'tick_s'.*WatchdogSec= to at least 11s"):
+        check_watchdog_interval(cfg, 5.0, 5.0)

@@ -79,7 +79,7 @@ def test_reports_established_socket_with_growing_age(connected_child: Any) -> No
     resolver = Resolver()
     src = ConnSource(CdnHosts([f"127.0.0.1:{port}"], default=None), resolver, clock=clock)
     try:
-        first = src.poll([child.pid])
+        first = src.connections([child.pid])
         assert len(first) == 1
         c = first[0]
         assert (c.pid, c.host, c.ip, c.port, c.state) == (
@@ -91,7 +91,7 @@ def test_reports_established_socket_with_growing_age(connected_child: Any) -> No
         )
         assert c.age_s == 0.0
         clock.now += 7.5
-        assert [c.age_s for c in src.poll([child.pid])] == [7.5]
+        assert [c.age_s for c in src.connections([child.pid])] == [7.5]
         assert src.health.up
     finally:
         src.close()
@@ -101,21 +101,21 @@ def test_port_must_match_and_other_pids_ignored(connected_child: Any) -> None:
     child, port = connected_child
     other_port = port + 1 if port < 65535 else port - 1
     src = ConnSource(CdnHosts([f"127.0.0.1:{other_port}"], default=None), Resolver())
-    assert src.poll([child.pid]) == ()
+    assert src.connections([child.pid]) == ()
     any_port = ConnSource(CdnHosts(["127.0.0.1"], default=None), Resolver())
-    assert len(any_port.poll([child.pid])) == 1
-    assert any_port.poll([]) == ()
+    assert len(any_port.connections([child.pid])) == 1
+    assert any_port.connections([]) == ()
 
 
 def test_closed_socket_disappears_and_age_restarts(connected_child: Any) -> None:
     child, port = connected_child
     clock = StepClock()
     src = ConnSource(CdnHosts([f"127.0.0.1:{port}"], default=None), Resolver(), clock=clock)
-    assert len(src.poll([child.pid])) == 1
+    assert len(src.connections([child.pid])) == 1
     child.kill()
     child.wait()
     clock.now += 3
-    assert src.poll([child.pid]) == ()  # vanished pid: skipped, no exception
+    assert src.connections([child.pid]) == ()  # vanished pid: skipped, no exception
     assert src.health.up
 
 
@@ -130,10 +130,11 @@ def test_name_resolved_in_background_matches_later(connected_child: Any) -> None
     resolver = Resolver(slow_resolve)
     src = ConnSource(CdnHosts([f"cdn.test:{port}"], default=None), resolver)
     try:
-        assert src.poll([child.pid]) == ()  # not resolved yet: matches nothing, does not wait
+        # not resolved yet: matches nothing, does not wait
+        assert src.connections([child.pid]) == ()
         release.set()
         deadline = time.monotonic() + 15
-        while not (found := src.poll([child.pid])) and time.monotonic() < deadline:
+        while not (found := src.connections([child.pid])) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [c.host for c in found] == ["cdn.test"]
     finally:
@@ -150,7 +151,7 @@ def test_never_resolving_host_does_not_block_poll(connected_child: Any) -> None:
 
     src = ConnSource(CdnHosts(["never.test"]), Resolver(hang))
     result: list[Any] = []
-    t = threading.Thread(target=lambda: result.append(src.poll([child.pid])), daemon=True)
+    t = threading.Thread(target=lambda: result.append(src.connections([child.pid])), daemon=True)
     t.start()
     t.join(timeout=20)
     stuck.set()
@@ -257,9 +258,9 @@ def test_no_process_walk_while_no_socket_table_mentions_a_cdn_address(
         CdnHosts(["192.0.2.7:443"], default=None), Resolver(), psutil_module=counting
     )
     try:
-        assert [c.port for c in here.poll([proc.pid])] == [port]
+        assert [c.port for c in here.connections([proc.pid])] == [port]
         assert counting.lookups == 1
-        assert elsewhere.poll([proc.pid]) == ()
+        assert elsewhere.connections([proc.pid]) == ()
         assert counting.lookups == 1 and elsewhere.health.up
     finally:
         here.close()
@@ -276,7 +277,7 @@ def test_unreadable_socket_tables_fall_back_to_the_process_walk(connected_child:
         net_root="/nonexistent/net",
     )
     try:
-        assert [c.port for c in source.poll([proc.pid])] == [port]
+        assert [c.port for c in source.connections([proc.pid])] == [port]
         assert counting.lookups == 1
     finally:
         source.close()

@@ -9,8 +9,8 @@ import time
 from watchdog.config import Config
 from watchdog.core.model import ProcSnapshot
 from watchdog.core.signatures import load_signatures
-from watchdog.daemon.loop import Daemon, Sources
-from watchdog.sources.base import SourceHealth
+from watchdog.daemon.loop import Daemon
+from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
 from watchdog.sources.deadline import DeadlineCall
 
 
@@ -44,24 +44,28 @@ class _StuckProcs:
     """A process source whose poll blocks like a /proc read of a process stuck in the driver."""
 
     name = "procs"
+    part = "procs"
 
     def __init__(self) -> None:
         self.health = SourceHealth(self.name)
         self.release = threading.Event()
 
-    def poll(self) -> ProcSnapshot:
+    def deadline(self, tick_s: float) -> Deadline:
+        return proc_deadline(tick_s)
+
+    def poll(self, tick: Tick) -> ProcSnapshot:
         self.release.wait(60)
         self.health.ok()
         return ProcSnapshot(1, True, ())
 
-    def pids(self) -> list[int]:
-        return [1]
+    def close(self) -> None:
+        self.release.set()
 
 
 def test_the_loop_keeps_ticking_while_the_process_source_is_stuck() -> None:
     procs = _StuckProcs()
     cfg = Config(tick_s=0.2, metrics_addr="off", stacks=False, cdn_default=False)
-    daemon = Daemon(cfg, load_signatures(), Sources(procs=procs))
+    daemon = Daemon(cfg, load_signatures(), [procs])
     try:
         t0 = time.monotonic()
         for _ in range(5):
@@ -121,7 +125,7 @@ def test_a_trickling_server_cannot_hold_the_loop() -> None:
     trickle = _Trickle()
     vllm = ServerSource(f"http://127.0.0.1:{trickle.port}", timeout_s=1.0)
     cfg = Config(tick_s=0.2, metrics_addr="off", stacks=False, cdn_default=False)
-    daemon = Daemon(cfg, load_signatures(), Sources(server=vllm))
+    daemon = Daemon(cfg, load_signatures(), [vllm])
     try:
         t0 = time.monotonic()
         # In a thread: without the deadline the first tick would never return, and the test

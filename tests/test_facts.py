@@ -76,7 +76,7 @@ def test_facts_of_a_python_target_without_blocking(spawn: Spawn) -> None:
     p = spawn(argv, env)
     versions = GatedVersions({"flashinfer-python": "0.6.7", "vllm": "0.11.0", "torch": None})
     src = FactsSource(versions=versions)
-    early = src.poll(p.pid)  # the lookup is blocked: poll still answers
+    early = src.read(p.pid)  # the lookup is blocked: poll still answers
     assert early["python"] == os.path.realpath(sys.executable)
     assert early["cmdline"] == argv and early["flashinfer-python"] is None
     assert early["trtllm_attention"] is False
@@ -84,7 +84,7 @@ def test_facts_of_a_python_target_without_blocking(spawn: Spawn) -> None:
     assert early["flashinfer_no_download"] is False
     assert early["environ"]["FLASHINFER_CUBINS_REPOSITORY"] == env["FLASHINFER_CUBINS_REPOSITORY"]
     versions.release.set()
-    done = _wait(lambda: (f := src.poll(p.pid))["flashinfer-python"] and f)
+    done = _wait(lambda: (f := src.read(p.pid))["flashinfer-python"] and f)
     assert (done["flashinfer-python"], done["vllm"], done["torch"]) == ("0.6.7", "0.11.0", None)
     assert done["flashinfer-cubin"] is None and src.health.up
     assert len(versions.calls) == 1  # once per target PID, not once per tick
@@ -99,9 +99,9 @@ def test_new_target_pid_gets_fresh_facts(spawn: Spawn) -> None:
     versions = GatedVersions({"vllm": "0.9.2"})
     versions.release.set()
     src = FactsSource(versions=versions)
-    fa = src.poll(a.pid)
+    fa = src.read(a.pid)
     assert fa["flashinfer_no_download"] is True and fa["trtllm_attention"] is None
-    fb = src.poll(b.pid)
+    fb = src.read(b.pid)
     assert fb["flashinfer_no_download"] is False and fb["trtllm_attention"] is True
     _wait(lambda: len(versions.calls) == 2)
 
@@ -111,7 +111,7 @@ def test_non_python_target_has_no_versions(spawn: Spawn) -> None:
     p = spawn([sleep, "600"], {"VLLM_USE_TRTLLM_ATTENTION": "0"})
     versions = GatedVersions({})
     src = FactsSource(versions=versions)
-    facts = src.poll(p.pid)
+    facts = src.read(p.pid)
     assert facts["python"] is None and facts["vllm"] is None
     assert facts["trtllm_attention"] is False
     assert versions.calls == [] and src.health.up
@@ -124,16 +124,16 @@ def test_failed_lookup_marks_down_and_keeps_facts(spawn: Spawn) -> None:
         raise RuntimeError("interpreter exited with status 1")
 
     src = FactsSource(versions=broken)
-    assert src.poll(p.pid)["cmdline"]
+    assert src.read(p.pid)["cmdline"]
     _wait(lambda: not src.health.up)
     assert "status 1" in (src.health.last_error or "")
-    assert src.poll(p.pid)["torch"] is None
+    assert src.read(p.pid)["torch"] is None
 
 
 def test_no_target_and_vanished_target() -> None:
     src = FactsSource(versions=GatedVersions({}))
-    assert src.poll(None) == {}
-    facts = src.poll(2**22 + 12345)
+    assert src.read(None) == {}
+    facts = src.read(2**22 + 12345)
     assert facts["cmdline"] == [] and facts["python"] is None and not src.health.up
 
 
@@ -145,7 +145,7 @@ def test_real_version_lookup_in_the_target_environment(spawn: Spawn, tmp_path: P
     )
     p = spawn([sys.executable, "-c", SLEEPER], {"PYTHONPATH": str(tmp_path)})
     src = FactsSource()  # default lookup: watchdog.sources.pyenv, run with the target's environment
-    facts = _wait(lambda: (f := src.poll(p.pid))["flashinfer-python"] and f)
+    facts = _wait(lambda: (f := src.read(p.pid))["flashinfer-python"] and f)
     assert facts["flashinfer-python"] == "0.6.7" and facts["flashinfer-cubin"] is None
 
 
@@ -182,7 +182,7 @@ def test_versions_come_from_the_target_root_in_a_sidecar(tmp_path: Path) -> None
     for name, version in {**server, "torch": "2.9.0+cu130"}.items():
         write_dist(site, name, version)
     src = FactsSource(proc_root=str(proc))
-    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["vllm"] and f)
+    facts = _wait(lambda: (f := src.read(SIDECAR_PID))["vllm"] and f)
     assert {k: facts[k] for k in server} == server and facts["torch"] == "2.9.0+cu130"
     assert facts["flashinfer-jit-cache"] is None and facts["python"] == "/usr/bin/python3.12"
     assert src.health.up
@@ -193,7 +193,7 @@ def test_nothing_under_the_root_falls_back_to_the_interpreter(tmp_path: Path) ->
     env = {"PYTHONPATH": str(tmp_path / "site")}
     proc = fake_proc(tmp_path, os.path.realpath(sys.executable), env, sys.executable)
     src = FactsSource(proc_root=str(proc))
-    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["flashinfer-cubin"] and f)
+    facts = _wait(lambda: (f := src.read(SIDECAR_PID))["flashinfer-cubin"] and f)
     assert facts["flashinfer-cubin"] == "0.6.7.post2" and src.health.up
 
 
@@ -206,10 +206,10 @@ def test_another_mount_namespace_never_runs_the_interpreter_here(tmp_path: Path)
         (proc / pid / "ns").mkdir(parents=True)
         (proc / pid / "ns" / "mnt").symlink_to(ns)
     src = FactsSource(proc_root=str(proc))
-    assert src.poll(SIDECAR_PID)["cmdline"]
+    assert src.read(SIDECAR_PID)["cmdline"]
     _wait(lambda: not src.health.up)
     assert "another mount namespace" in (src.health.last_error or "")
-    assert src.poll(SIDECAR_PID)["vllm"] is None
+    assert src.read(SIDECAR_PID)["vllm"] is None
 
 
 @pytest.mark.parametrize(
@@ -251,13 +251,13 @@ def test_same_target_environment_is_read_again_only_every_recheck_s(tmp_path: Pa
     proc = fake_proc(tmp_path, "/nonexistent/bin/true", env, "true")
     now = [100.0]
     src = FactsSource(proc_root=str(proc), clock=lambda: now[0], recheck_s=10.0)
-    assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
+    assert src.read(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
     environ = proc / str(SIDECAR_PID) / "environ"
     environ.write_bytes(b"FLASHINFER_CUBINS_REPOSITORY=https://two.example/\0")
     now[0] += 9.0
-    assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
+    assert src.read(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
     now[0] += 1.0
-    assert src.poll(SIDECAR_PID)["cubins_repository"] == "https://two.example/"
+    assert src.read(SIDECAR_PID)["cubins_repository"] == "https://two.example/"
 
 
 def _sglang_root(tmp_path: Path, dists: Mapping[str, str]) -> Path:
@@ -286,7 +286,7 @@ def test_sglang_environment_reports_the_engine_version(tmp_path: Path) -> None:
     ref = EngineRef(engines)
     ref.observe("python3 -m sglang.launch_server --model-path m", [])
     src = FactsSource(proc_root=str(proc), engine=ref)
-    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["sglang"] and f)
+    facts = _wait(lambda: (f := src.read(SIDECAR_PID))["sglang"] and f)
     assert {k: facts[k] for k in dists} == dists and facts["vllm"] is None
     assert facts["sgl-kernel"] is None and facts["tensorrt_llm"] is None
     assert (facts["engine"], facts["engine_package"], facts["engine_version"]) == (
@@ -312,12 +312,12 @@ def test_operator_profile_package_is_collected(tmp_path: Path) -> None:
     src = FactsSource(
         proc_root=str(proc), packages=packages_for(engines), engine=EngineRef(engines, "acme")
     )
-    facts = _wait(lambda: (f := src.poll(SIDECAR_PID))["acme-serve"] and f)
+    facts = _wait(lambda: (f := src.read(SIDECAR_PID))["acme-serve"] and f)
     assert (facts["acme-serve"], facts["acme-kernels"], facts["torch"]) == ("1.2.3", "0.9", "2.9.0")
     assert facts["engine"] == "acme" and facts["engine_version"] == "1.2.3"
     # Without the operator's list the shipped one has no idea of acme's packages.
     plain = FactsSource(proc_root=str(proc))
-    assert "acme-serve" not in _wait(lambda: (f := plain.poll(SIDECAR_PID))["torch"] and f)
+    assert "acme-serve" not in _wait(lambda: (f := plain.read(SIDECAR_PID))["torch"] and f)
 
 
 def test_a_retitled_server_environment_comes_from_the_child_that_keeps_it(tmp_path: Path) -> None:
@@ -335,10 +335,10 @@ def test_a_retitled_server_environment_comes_from_the_child_that_keeps_it(tmp_pa
     (pid_dir / "task" / str(SIDECAR_PID) / "children").write_text("4343 ")
     now = [0.0]
     src = FactsSource(proc_root=str(proc), clock=lambda: now[0], recheck_s=10.0)
-    facts = src.poll(SIDECAR_PID)
+    facts = src.read(SIDECAR_PID)
     assert facts["cubins_repository"] == "http://127.0.0.1:9/"
     assert facts["server_env"] == env
     # The child gone later, a fragment re-read is no new environment: what was read is kept.
     (child / "environ").write_bytes(b"")
     now[0] += 20
-    assert src.poll(SIDECAR_PID)["server_env"] == env
+    assert src.read(SIDECAR_PID)["server_env"] == env

@@ -108,12 +108,13 @@ def test_another_servers_busy_gpu_does_not_count(tmp_path: Path, server) -> None
 def test_the_choice_holds_while_its_evidence_is_unavailable() -> None:
     """A driver hang that blocks the process source must not widen the judgement to all GPUs."""
     from watchdog.core.signatures import load_signatures
-    from watchdog.daemon.loop import Daemon, Sources
+    from watchdog.daemon.loop import Daemon
+    from watchdog.sources.base import Tick
 
-    daemon = Daemon(Config(metrics_addr="off", cdn_default=False), load_signatures(), Sources())
+    daemon = Daemon(Config(metrics_addr="off", cdn_default=False), load_signatures(), [])
     daemon.host_pids = True
-    assert _idx(daemon._server_gpus(NODE, {}, [222], 5)) == [1]  # server processes
-    assert _idx(daemon._server_gpus(NODE, None, [], None)) == [1]  # procs stuck: kept
-    assert _idx(daemon._server_gpus(NODE, None, [], 5)) == [1]  # same server, not alive
-    assert _idx(daemon._server_gpus(NODE, {}, [], 6)) == [0, 1, 2]  # a new server: no evidence
+    assert _idx(daemon._server_gpus(NODE, Tick(5, (222,), {}))) == [1]  # server processes
+    assert _idx(daemon._server_gpus(NODE, Tick(None, (), None))) == [1]  # procs stuck: kept
+    assert _idx(daemon._server_gpus(NODE, Tick(5, (), None))) == [1]  # same server, not alive
+    assert _idx(daemon._server_gpus(NODE, Tick(6, (), {}))) == [0, 1, 2]  # a new server
     daemon.close()

@@ -200,3 +200,34 @@ def test_dcgm_spec_keeps_the_url() -> None:
 def test_make_gpu_source_rejects_anything_else(spec: str) -> None:
     with pytest.raises(ValueError, match=r"nvml, dcgm:URL .* file:PATH .* none"):
         make_gpu_source(spec)
+
+
+def test_the_daemon_runs_an_nvml_poll_on_the_sources_own_worker_only() -> None:
+    """The loop polls the GPU source inline: its backend calls run on one thread, the worker
+    the source owns, and a hung call still costs the loop one deadline."""
+    import threading
+
+    from watchdog.config import Config
+    from watchdog.core.signatures import load_signatures
+    from watchdog.daemon.loop import Daemon
+
+    threads: set[str] = set()
+    backend = FakeGpuBackend(
+        {0: lambda n: threads.add(threading.current_thread().name) or spin(0)[0]}
+    )
+    source = GpuSource(backend, deadline_s=0.3)
+    cfg = Config(tick_s=0.1, metrics_addr="off", stacks=False, cdn_default=False)
+    daemon = Daemon(cfg, load_signatures(), [source])
+    try:
+        assert [g.index for g in daemon.observe().gpus] == [0]
+        assert threads == {"gpu-backend"}
+        assert not [t for t in threading.enumerate() if t.name == "gpu-poll"]
+        assert daemon.worst_tick_s() == pytest.approx(0.1 + 2 * 0.3)  # an init, then a read
+        backend.hang_next("sample", 600.0)
+        t0 = time.monotonic()
+        obs = daemon.observe()
+        assert time.monotonic() - t0 < 0.3 + 1.0
+        assert obs.gpus == () and obs.sources == {"gpu": False}
+    finally:
+        backend.release()
+        daemon.close()

@@ -86,7 +86,7 @@ def test_wiring_hands_the_profiles_formats_to_file_journal_and_supervised_reader
     try:
         assert built.supervisor is not None
         built.supervisor.start()
-        logs = built.daemon.sources.logs
+        logs = built.daemon.source("logs")
         logs.poll()  # the file follower starts at the end of the file, as `tail -F`
         with log.open("a", encoding="utf-8") as fh:
             fh.write(f"{ACME}\n")

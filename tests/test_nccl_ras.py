@@ -152,18 +152,23 @@ def test_diagnose_shows_nccl_ras_evidence(standin, tmp_path) -> None:
         "CLIENT PROTOCOL 2", "TIMEOUT 5", "SET FORMAT json", "STATUS"}  # fmt: skip
 
 
-def _exported(facts: object) -> dict[tuple[str, tuple[str, ...]], float]:
-    """What /metrics carries for one loop whose facts and sources came from `facts`."""
+def _exported(ras: RasSource) -> dict[tuple[str, tuple[str, ...]], float]:
+    """What /metrics carries for one loop of a daemon whose only source is `ras`."""
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from watchdog.core.model import Observation, Verdict
-    from watchdog.daemon.loop import Sources, _source_states
+    from watchdog.config import Config
+    from watchdog.core.model import Verdict
+    from watchdog.core.signatures import load_signatures
+    from watchdog.daemon.loop import Daemon
     from watchdog.outputs.export import MetricsSink
 
     sink = MetricsSink([], version="test")
-    obs = Observation(t=1.0, wall=1.7e9, facts={"nccl_ras": facts.ras.poll()},
-                      sources=_source_states(Sources(facts=facts)))  # fmt: skip
+    daemon = Daemon(Config(metrics_addr="off", cdn_default=False), load_signatures(), [ras])
+    try:
+        obs = daemon.observe()
+    finally:
+        daemon.close()
     sink.observe(obs, Verdict(state="idle"), None)
     text = generate_latest(sink.registry).decode()
     return {
@@ -174,14 +179,11 @@ def _exported(facts: object) -> dict[tuple[str, tuple[str, ...]], float]:
     }
 
 
-def _with_ras(addr: str, *, configured: bool, mode: str = "auto") -> object:
-    from watchdog.sources.facts import FactsSource
-    from watchdog.sources.nccl_ras import WithRas
-
+def _with_ras(addr: str, *, configured: bool, mode: str = "auto") -> RasSource:
     ras = RasSource(RasClient(addr, deadline_s=2), mode=mode, interval_s=60, configured=configured)
     ras.poll()
     ras.wait(10)
-    return WithRas(FactsSource(), ras)
+    return ras
 
 
 def test_not_configured_and_absent_is_no_source_at_all(caplog) -> None:
@@ -194,12 +196,12 @@ def test_not_configured_and_absent_is_no_source_at_all(caplog) -> None:
 
 def test_configured_but_not_answering_is_a_source_that_is_down(caplog) -> None:
     caplog.set_level(logging.INFO, logger="hang_watchdog")
-    facts = _with_ras(absent_addr(), configured=True)
+    ras = _with_ras(absent_addr(), configured=True)
     for _ in range(3):  # a down source, said once per outage, not once per query
-        facts.ras._next = 0.0
-        facts.ras.poll()
-        facts.ras.wait(10)
-    metrics = _exported(facts)
+        ras._next = 0.0
+        ras.poll()
+        ras.wait(10)
+    metrics = _exported(ras)
     assert metrics[("hang_watchdog_source_up", (("source", "nccl_ras"),))] == 0.0
     downs = [r for r in caplog.records if "source nccl_ras is down" in r.getMessage()]
     assert len(downs) == 1, [r.getMessage() for r in caplog.records]
@@ -215,8 +217,8 @@ def test_configured_but_not_answering_is_a_source_that_is_down(caplog) -> None:
     ],
 )
 def test_findings_are_exported_with_bounded_labels(standin, mode: str, want: dict) -> None:
-    facts = _with_ras(_serve(standin, mode).addr, configured=False)  # answered once: a source
-    metrics = _exported(facts)
+    ras = _with_ras(_serve(standin, mode).addr, configured=False)  # answered once: a source
+    metrics = _exported(ras)
     assert metrics[("hang_watchdog_source_up", (("source", "nccl_ras"),))] == 1.0
     assert metrics[("hang_watchdog_nccl_ras_communicators", ())] == 1.0
     got = {
@@ -262,3 +264,14 @@ def test_zero_counts_of_a_single_node_communicator_are_not_read_as_never_launche
         analyse(parse_report(report("healthy").replace('"AllReduce": 1235', '"AllReduce": 0')))
         == []
     )
+
+
+def test_a_timeline_that_kept_ras_among_the_facts_replays_into_the_field() -> None:
+    """Recordings made while NCCL's view travelled as the fact `nccl_ras` still replay."""
+    from watchdog.core.model import Observation, from_dict, to_dict
+
+    ras = {"up": True, "evidence": ["rank 3 on 10.0.0.2 is considered dead"], "error": None}
+    old = from_dict(Observation, {"t": 1.0, "wall": 2.0, "facts": {"nccl_ras": ras, "vllm": "0.9"}})
+    assert old.nccl_ras == ras and old.facts == {"vllm": "0.9"}
+    again = from_dict(Observation, to_dict(old))
+    assert again == old and to_dict(again)["nccl_ras"] == ras

@@ -215,11 +215,11 @@ def test_the_loop_lag_is_how_late_a_tick_started() -> None:
     from watchdog.config import build_config
     from watchdog.core.model import Verdict
     from watchdog.core.signatures import load_signatures
-    from watchdog.daemon.loop import Daemon, Sources
+    from watchdog.daemon.loop import Daemon
 
     offset = [0.0]
     clock = lambda: time.monotonic() + offset[0]  # noqa: E731
-    daemon = Daemon(build_config({"tick_s": 0.2}), load_signatures(), Sources(), clock=clock)
+    daemon = Daemon(build_config({"tick_s": 0.2}), load_signatures(), [], clock=clock)
     lags: list[float] = []
     stop = threading.Event()
 

@@ -131,7 +131,7 @@ def test_wiring_marks_only_the_default_cdn_as_quiet() -> None:
 
     built = build(Config(pid=1, gpu_source="none", metrics_addr="off", stacks=False))
     try:
-        assert built.daemon.sources.conns.resolver._quiet == frozenset({"edge.urm.nvidia.com"})
+        assert built.daemon.source("conns").resolver._quiet == frozenset({"edge.urm.nvidia.com"})
     finally:
         built.close()
 

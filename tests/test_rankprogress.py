@@ -116,9 +116,7 @@ def test_log_lines_tagged_with_the_rank_count_for_that_rank() -> None:
 
 def test_ras_collective_count_rising_is_progress_for_the_pid_on_this_host() -> None:
     def ras(counts: dict[int, int]) -> dict:
-        return {
-            "facts": {"nccl_ras": {"up": True, "local": {str(k): v for k, v in counts.items()}}}
-        }
+        return {"nccl_ras": {"up": True, "local": {str(k): v for k, v in counts.items()}}}
 
     tl = Timeline(procs=_procs())
     stuck = {100 + r: 1235 for r in range(TP)} | {102: 1234}

@@ -1,4 +1,5 @@
-"""Configuration checks that span keys or need more than a type and a bound.
+"""Configuration checks that span keys or need more than a type and a bound, and the runtime
+checks that need the built daemon (its worst loop) or the service manager's settings.
 
 Each failure is a `ConfigError` naming the key, the value and what to set instead.
 """
@@ -157,3 +158,26 @@ def _check_cdn_hosts(hosts: list[str], origin: str) -> None:
             parse_cdn_host(host)
         except ValueError as exc:
             raise ConfigError(f"{origin}: key 'cdn_hosts': {exc}") from exc
+
+
+def check_stale_after(cfg: Config, worst_tick_s: float) -> None:
+    """/healthz turns 503 after `metrics_stale_s` without a loop: it must outlast the worst one."""
+    if cfg.metrics_stale_s <= worst_tick_s:
+        raise ConfigError(
+            f"key 'metrics_stale_s': {cfg.metrics_stale_s:g} s, but one loop can take "
+            f"{worst_tick_s:g} s when probes hang; /healthz would flap to 503 and a liveness "
+            f"probe would kill a healthy watchdog. Set it above {worst_tick_s:g}"
+        )
+
+
+def check_watchdog_interval(cfg: Config, worst_tick_s: float, interval_s: float) -> None:
+    """systemd's watchdog wants a ping every `interval_s` (half of WatchdogSec=), one per loop."""
+    if worst_tick_s >= interval_s:
+        # A loop that can outlast half of WatchdogSec= gets the watchdog killed and restarted
+        # over and over (NVSentinel #1748 saw 49 liveness kills).
+        raise ConfigError(
+            f"key 'tick_s': one loop can take {worst_tick_s:g} s (tick_s {cfg.tick_s:g} plus "
+            f"the probes' deadlines when they hang), not less than half of systemd's "
+            f"WatchdogSec= ({interval_s:g} s); lower tick_s or raise WatchdogSec= to at least "
+            f"{2 * worst_tick_s + 1:.0f}s in the unit"
+        )

@@ -168,7 +168,7 @@ def test_a_blocking_reader_is_cut_off_by_the_deadline() -> None:
     skips the log source; what the read returns later is still delivered."""
     from watchdog.config import Config
     from watchdog.core.signatures import load_signatures
-    from watchdog.daemon.loop import Daemon, Sources
+    from watchdog.daemon.loop import Daemon
     from watchdog.sources.logs.source import LogSource
 
     release = threading.Event()
@@ -186,7 +186,7 @@ def test_a_blocking_reader_is_cut_off_by_the_deadline() -> None:
     sigs = load_signatures([])
     logs = LogSource([HungMount()], keep=sigs.log_keep_pattern())
     cfg = Config(tick_s=0.1, gpu_source="none", cdn_default=False)
-    d = Daemon(cfg, sigs, Sources(logs=logs))
+    d = Daemon(cfg, sigs, [logs])
     try:
         took = []
         for _ in range(5):

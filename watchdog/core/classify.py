@@ -193,7 +193,7 @@ def _ranks(ctx: Context) -> Attribution:
 
 def _ras_evidence(ctx: Context) -> tuple[Evidence, ...]:
     """NCCL's own view (sources/nccl_ras.py): dead, unresponsive and lagging ranks."""
-    ras = ctx.obs.facts.get("nccl_ras")
+    ras = ctx.obs.nccl_ras
     lines = ras.get("evidence") if isinstance(ras, dict) else None
     if not isinstance(lines, list):
         return ()

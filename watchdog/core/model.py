@@ -179,6 +179,16 @@ class Observation:
         default_factory=dict
     )  # environment facts, e.g. {"flashinfer": "0.6.7"}
     sources: dict[str, bool] = field(default_factory=dict)  # source name -> up
+    # NCCL's own view (sources/nccl_ras.py): the latest RAS result, None when not queried.
+    nccl_ras: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # Timelines and bundles recorded before RAS had its own field carried it as the fact
+        # `nccl_ras`: read there, it lands in the field, so old recordings replay the same.
+        if self.nccl_ras is None and isinstance(self.facts.get("nccl_ras"), dict):
+            facts = dict(self.facts)
+            object.__setattr__(self, "nccl_ras", facts.pop("nccl_ras"))
+            object.__setattr__(self, "facts", facts)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def _logs(o: Observation, latest: _Latest, by_rank: dict[int, int], after: bool)
 
 def _ras(o: Observation, latest: _Latest, counts: dict[int, int], after: bool) -> None:
     """The RAS source's `local` map: pid -> collectives completed (sources/nccl_ras.py)."""
-    ras = o.facts.get("nccl_ras")
+    ras = o.nccl_ras
     local = ras.get("local") if isinstance(ras, dict) else None
     if not isinstance(local, dict):
         return

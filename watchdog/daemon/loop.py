@@ -1,11 +1,14 @@
 """The loop: poll every source, append one Observation, classify, hand the verdict to the sinks.
 
 Nothing in a tick may block for long: every source has its own deadline, stack capture runs in
-the background, and one last-resort handler keeps the loop alive whatever a sink does.
+the background, and one last-resort handler keeps the loop alive whatever a sink does. The
+sources are a list, polled in order (the procs source first: later ones read its target from
+the tick); each fills the Observation field it names (`Source.part`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -20,18 +23,24 @@ from watchdog.core.model import (
     GpuSample,
     LogEvent,
     Observation,
-    ProcSnapshot,
     StackSample,
     Verdict,
 )
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.window import Window
 from watchdog.outputs.emit import Emitter
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Source, Tick
 from watchdog.sources.deadline import DeadlineCall
-from watchdog.sources.procenv import read_environ
 
 log = logging.getLogger("hang_watchdog.daemon")
+
+# The Observation fields a source can fill; the loop itself sets the others.
+PARTS = frozenset(f.name for f in dataclasses.fields(Observation)) - {
+    "t",
+    "wall",
+    "stacks",
+    "sources",
+}
 
 
 class Hook(Protocol):
@@ -40,23 +49,37 @@ class Hook(Protocol):
     def on_tick(self, obs: Observation, verdict: Verdict, daemon: Daemon) -> None: ...
 
 
-@dataclass
-class Sources:
-    """The daemon's inputs; any may be None (not configured)."""
+class Polled:
+    """One source under its deadline: a DeadlineCall around its poll, or none for a source that
+    bounds its own waits (`Deadline.inline`), so that no call runs on two threads."""
 
-    gpu: Any = None
-    logs: Any = None
-    server: Any = None
-    procs: Any = None
-    conns: Any = None
-    facts: Any = None
+    def __init__(self, source: Source, tick_s: float) -> None:
+        self.source = source
+        spec = source.deadline(tick_s)
+        self.deadline_s = spec.seconds
+        self._call = (
+            None
+            if spec.inline
+            else DeadlineCall(
+                source.name, source.health, spec.seconds, hint=spec.hint, keep_late=spec.keep_late
+            )
+        )
 
-    def all(self) -> list[Any]:
-        return [
-            s
-            for s in (self.gpu, self.logs, self.server, self.procs, self.conns, self.facts)
-            if s is not None
-        ]
+    def poll(self, tick: Tick) -> Any:
+        """The source's part this tick; None past the deadline (the source marked down) or when
+        it raised (a source bug must not stop the loop: marked down too)."""
+        try:
+            if self._call is None:
+                return self.source.poll(tick)
+            return self._call(lambda: self.source.poll(tick))
+        except Exception as exc:  # last resort: sources should not raise
+            self.source.health.down(f"unexpected error: {exc!r}")
+            log.debug("source %s raised", self.source.name, exc_info=True)
+            return None
+
+    def close(self) -> None:
+        if self._call is not None:
+            self._call.close()
 
 
 @dataclass
@@ -79,14 +102,17 @@ class Daemon:
         self,
         cfg: Config,
         sigs: SignatureSet,
-        sources: Sources,
+        sources: Sequence[Source],
         *,
         hooks: list[Hook] | None = None,
         emitter: Emitter | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        self.cfg, self.sigs, self.sources = cfg, sigs, sources
+        self.cfg, self.sigs = cfg, sigs
+        self.sources: list[Source] = list(sources)
+        _check_parts(self.sources)
+        self._polled = [Polled(src, cfg.tick_s) for src in self.sources]
         self.hooks: list[Hook] = list(hooks or [])
         self.emitter = emitter or Emitter(cfg.log_format)
         self.clock, self.wall = clock, wall
@@ -96,30 +122,15 @@ class Daemon:
         self.stats = LoopStats()
         self._pending_stacks: tuple[StackSample, ...] = ()
         self._injected: list[LogEvent] = []
-        # /proc reads of a process stuck in the driver can block: never in the loop's thread.
-        deadline = max(1.0, 2 * cfg.tick_s)
-        self._procs_call = DeadlineCall("procs", _health(sources.procs), deadline)
-        self._facts_call = DeadlineCall("facts", _health(sources.facts), deadline)
-        self._environ_call = DeadlineCall("environ", _health(sources.conns), deadline)
-        # httpx's timeouts bound each read, not the whole response: a server (or exporter)
-        # that trickles bytes would hold a scrape for ever. Hard deadlines around both.
-        self._gpu_call = DeadlineCall("gpu", _health(sources.gpu), _scrape_s(sources.gpu, 1))
-        self._server_call = DeadlineCall(
-            "server", _health(sources.server), _scrape_s(sources.server, 2)
-        )
-        # A FIFO or a hung network mount at a log path blocks open() or read() for ever.
-        self._logs_call = DeadlineCall(
-            "logs",
-            _health(sources.logs),
-            max(0.5, cfg.tick_s),
-            hint="a FIFO or a hung network mount at the log path, or a flood of lines?",
-            keep_late=True,
-        )
         self._server_environ: dict[str, str] | None = None
         self._gpu_scope: tuple[str, tuple[int, ...]] | None = None
         self._gpu_pick: tuple[int | None, frozenset[str]] | None = None  # (target, GPU ids)
         # NVML reports host PIDs: match them against the server's only outside a container.
         self.host_pids = not in_container()
+
+    def source(self, name: str) -> Any:
+        """The source called `name`, or None when there is none (for wiring and hooks)."""
+        return next((s for s in self.sources if s.name == name), None)
 
     def inject(self, event: LogEvent) -> None:
         """An event a hook observed itself (the idle canary) goes into the next observation."""
@@ -131,56 +142,42 @@ class Daemon:
 
     def observe(self) -> Observation:
         """One tick's snapshot of every source; a failing source contributes nothing."""
-        s = self.sources
-        procs: ProcSnapshot | None = _safe(s.procs, lambda: self._procs_call(s.procs.poll))
-        pids = (
-            list(s.procs.pids())
-            if s.procs is not None and procs is not None and procs.alive
-            else []
-        )
-        target = procs.target_pid if procs is not None and procs.alive else None
-        facts = dict(_safe(s.facts, lambda: self._facts_call(lambda: s.facts.poll(target))) or {})
-        # The facts source reads the target's environment each tick already; reuse it.
-        environ = facts.get("environ")
-        if environ is None and s.conns is not None and target is not None:
-            environ = self._environ_call(lambda: read_environ(target))
-        gpus = self._server_gpus(
-            _safe(s.gpu, lambda: self._gpu_call(s.gpu.poll)) or (), environ, pids, target
-        )
+        tick = Tick()
+        parts: dict[str, Any] = {}
+        for polled in self._polled:
+            got = polled.poll(tick)
+            if got is not None:
+                parts[polled.source.part] = tuple(got) if isinstance(got, list) else got
+        gpus = self._server_gpus(parts.get("gpus", ()), tick)
+        facts = dict(parts.get("facts", {}))
         if gpus:  # recorded in the timeline; survives a restart of the server (window.py)
-            facts = {**facts, "gpu_cc": sorted({g.cc for g in gpus if g.cc})}
+            facts["gpu_cc"] = sorted({g.cc for g in gpus if g.cc})
         obs = Observation(
             t=self.clock(),
             wall=self.wall(),
-            gpus=tuple(gpus),
-            logs=tuple(_safe(s.logs, lambda: self._logs_call(s.logs.poll)) or ())
-            + tuple(self._injected),
-            server=_safe(s.server, lambda: self._server_call(s.server.poll)),
-            procs=procs,
-            conns=tuple(_safe(s.conns, lambda: s.conns.poll(pids, environ)) or ()),
+            **{
+                **parts,
+                "gpus": tuple(gpus),
+                "logs": tuple(parts.get("logs", ())) + tuple(self._injected),
+                "facts": facts,
+            },
             stacks=self._pending_stacks,
-            facts={k: v for k, v in facts.items() if k != "environ"},
-            sources=_source_states(s),
+            sources={s.name: bool(s.health.up) for s in self.sources if s.health.reported},
         )
         self._pending_stacks = ()
         self._injected = []
         return obs
 
-    def _server_gpus(
-        self,
-        gpus: Sequence[GpuSample],
-        environ: dict[str, str] | None,
-        pids: list[int],
-        target: int | None,
-    ) -> tuple[GpuSample, ...]:
+    def _server_gpus(self, gpus: Sequence[GpuSample], tick: Tick) -> tuple[GpuSample, ...]:
         """Only the watched server's GPUs count (gpuscope.py); say when the choice changes."""
-        if environ is not None:
-            self._server_environ = environ  # keep the last one seen: the target may be gone
+        if tick.environ is not None:
+            self._server_environ = tick.environ  # keep the last one seen: the target may be gone
+        target = tick.target_pid
         chosen, how = server_gpus(
             gpus,
             configured=self.cfg.gpus,
             environ=self._server_environ,
-            tree_pids=pids,
+            tree_pids=list(tick.tree_pids),
             same_pid_namespace=self.host_pids,
         )
         if how != "all":
@@ -249,37 +246,20 @@ class Daemon:
     def worst_tick_s(self) -> float:
         """How long one loop can take when every probe hangs at once (each costs its deadline
         once, then is skipped until it returns): what WatchdogSec= and /healthz must allow."""
-        s = self.sources
-        calls = (
-            (s.procs, self._procs_call),
-            (s.facts, self._facts_call),
-            (s.conns, self._environ_call),
-            (s.gpu, self._gpu_call),
-            (s.server, self._server_call),
-            (s.logs, self._logs_call),
-        )
-        budget = sum(call.deadline_s for source, call in calls if source is not None)
-        return self.cfg.tick_s + budget
+        return self.cfg.tick_s + sum(p.deadline_s for p in self._polled)
 
     def close(self) -> None:
         # Hooks first: a restart in flight must finish before the sources (the supervised
         # child's readers among them) are closed.
-        for obj in (*self.hooks, *self.sources.all()):
+        for obj in (*self.hooks, *self.sources):
             close = getattr(obj, "close", None)
             if close is not None:
                 try:
                     close()
                 except Exception:  # closing is best effort
                     log.debug("closing %s failed", obj, exc_info=True)
-        for call in (
-            self._procs_call,
-            self._facts_call,
-            self._environ_call,
-            self._gpu_call,
-            self._server_call,
-            self._logs_call,
-        ):
-            call.close()
+        for polled in self._polled:
+            polled.close()
 
 
 def judging_line(chosen: Sequence[GpuSample], total: int, how: str) -> str:
@@ -295,46 +275,16 @@ def judging_line(chosen: Sequence[GpuSample], total: int, how: str) -> str:
     return f"judging {noun} {which} of {total} ({why})"
 
 
-def _scrape_s(source: Any, requests: int) -> float:
-    """A source's own per-request limit times its requests per poll, plus a margin; 0 for a
-    source that never waits (`--gpu-source none`)."""
-    own = getattr(source, "deadline_s", None)
-    if own is None:
-        own = getattr(source, "timeout_s", None)
-    if own is None:
-        own = 2.0
-    return requests * float(own) + 1.0 if own else 0.0
-
-
 def _gpu_id(g: GpuSample) -> str:
     return g.uuid or str(g.index)
 
 
-def _source_states(s: Sources) -> dict[str, bool]:
-    """Each source's up state, with those a source carries inside it (the facts source's NCCL
-    RAS query, when configured or once it answered: `sub_sources`)."""
-    out: dict[str, bool] = {}
-    for src in s.all():
-        for each in (src, *getattr(src, "sub_sources", ())):
-            if hasattr(each, "health"):
-                out[each.name] = bool(each.health.up)
-    return out
-
-
-def _health(source: Any) -> SourceHealth | None:
-    return getattr(source, "health", None)
-
-
-def _safe(source: Any, call: Callable[[], Any]) -> Any:
-    """A source's poll, with the last-resort guard: sources should not raise, but if one does,
-    it is marked down and the tick goes on."""
-    if source is None:
-        return None
-    try:
-        return call()
-    except Exception as exc:  # a source bug must not stop the loop
-        health = getattr(source, "health", None)
-        if health is not None:
-            health.down(f"unexpected error: {exc!r}")
-        log.debug("source %s raised", getattr(source, "name", source), exc_info=True)
-        return None
+def _check_parts(sources: Sequence[Source]) -> None:
+    """Each source fills one Observation field, and no two the same one."""
+    seen: dict[str, str] = {}
+    for src in sources:
+        if src.part not in PARTS:
+            raise ValueError(f"source {src.name!r}: {src.part!r} is not an Observation field")
+        if src.part in seen:
+            raise ValueError(f"sources {seen[src.part]!r} and {src.name!r} both fill {src.part!r}")
+        seen[src.part] = src.name

@@ -14,11 +14,13 @@ from typing import Any
 
 from watchdog import __version__
 from watchdog.config import Config, ConfigError
+from watchdog.configcheck import check_stale_after, check_watchdog_interval
 from watchdog.core.model import Observation
 from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.daemon.loop import Daemon, Hook, Sources
+from watchdog.daemon.loop import Daemon, Hook
 from watchdog.daemon.supervise import Supervisor
 from watchdog.outputs.emit import Emitter
+from watchdog.sources.base import Source
 
 log = logging.getLogger("hang_watchdog.wiring")
 
@@ -53,15 +55,21 @@ def build(
     engine = _engine(cfg)
     supervisor = Supervisor(cfg.command, death_pattern=_death(sigs)) if cfg.command else None
     logs, stdin = _logs(cfg, sigs, supervisor, engine)
-    sources = Sources(
-        gpu=_gpu(cfg),
-        logs=logs,
-        server=_server(cfg, engine),
-        procs=_procs(cfg, supervisor, engine),
-        facts=_facts(cfg, engine),
+    procs = _procs(cfg, supervisor, engine)
+    # Polled in this order: the procs source first, its target and tree in the tick for the
+    # others; the facts source reads the environment the others reuse. The log source comes
+    # before the server scrape: its first poll starts at the end of the file (`tail -F`), so a
+    # line written while the scrape waits would be missed.
+    listed = (
+        procs,
+        _facts(cfg, engine),
+        _gpu(cfg),
+        logs,
+        _server(cfg, engine),
+        _conns(cfg) if procs is not None else None,
+        _ras(cfg),
     )
-    if sources.procs is not None:
-        sources.conns = _conns(cfg)
+    sources: list[Source] = [s for s in listed if s is not None]
     emitter = emitter or Emitter(cfg.log_format)
     daemon = Daemon(cfg, sigs, sources, emitter=emitter)
     if emitter.remediation is None:  # the verdict block says what --remediate does about it
@@ -191,19 +199,21 @@ def _facts(cfg: Config, engine: Any) -> Any:
     from watchdog.sources.pyenv import modules_for, packages_for
 
     # Operator profiles' distributions are recorded too (--engines FILE).
-    facts = FactsSource(
+    return FactsSource(
         packages=packages_for(engine.engines), modules=modules_for(engine.engines), engine=engine
     )
+
+
+def _ras(cfg: Config) -> Any:
     if cfg.nccl_ras == "off":
-        return facts
-    from watchdog.sources.nccl_ras import DEFAULT_ADDR, RasClient, RasSource, WithRas
+        return None
+    from watchdog.sources.nccl_ras import DEFAULT_ADDR, RasClient, RasSource
 
     client = RasClient(cfg.nccl_ras_addr or DEFAULT_ADDR, deadline_s=cfg.nccl_ras_deadline_s)
     configured = bool(cfg.nccl_ras_addr) or cfg.nccl_ras == "on"
-    ras = RasSource(
+    return RasSource(
         client, mode=cfg.nccl_ras, interval_s=cfg.nccl_ras_interval_s, configured=configured
     )
-    return WithRas(facts, ras)
 
 
 def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
@@ -223,17 +233,12 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         fleet=FleetLabels.resolve(cfg.deployment, cfg.node),
     )
     built.metrics = sink
-    if built.daemon.sources.logs is not None:
-        built.daemon.sources.logs.on_skip = sink.log_lines_skipped
+    logs = built.daemon.source("logs")
+    if logs is not None:
+        logs.on_skip = sink.log_lines_skipped
     built.daemon.hooks.append(_MetricsHook(sink))
     if addr is not None:
-        worst = built.daemon.worst_tick_s()
-        if cfg.metrics_stale_s <= worst:
-            raise ConfigError(
-                f"key 'metrics_stale_s': {cfg.metrics_stale_s:g} s, but one loop can take "
-                f"{worst:g} s when probes hang; /healthz would flap to 503 and a liveness probe "
-                f"would kill a healthy watchdog. Set it above {worst:g}"
-            )
+        check_stale_after(cfg, built.daemon.worst_tick_s())
         built.server = MetricsServer(sink, cfg.metrics_addr)
 
 
@@ -251,7 +256,7 @@ def _episodes(cfg: Config, built: Built) -> None:
     from watchdog.daemon.episodes import EpisodeHook
 
     capturer = None
-    if cfg.stacks and built.daemon.sources.procs is not None:
+    if cfg.stacks and built.daemon.source("procs") is not None:
         from watchdog.sources.stacks.capture import StackCapturer
 
         capturer = StackCapturer(
@@ -274,7 +279,7 @@ def _episodes(cfg: Config, built: Built) -> None:
             max_incidents=cfg.max_incidents,
             max_bytes=cfg.max_incident_bytes,
         )
-    logs = built.daemon.sources.logs
+    logs = built.daemon.source("logs")
     hook = EpisodeHook(
         capturer=capturer,
         writer=writer,
@@ -313,7 +318,7 @@ def _incident_root(path: str, *, defaulted: bool = False) -> Path:
 def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
     from watchdog.outputs.incident import build_environment
 
-    gpu = daemon.sources.gpu
+    gpu = daemon.source("gpu")
     driver = None
     if gpu is not None and hasattr(gpu, "driver_version"):
         try:
@@ -321,9 +326,10 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
         except Exception:  # best effort: a lost GPU must not stop the bundle
             driver = None
     target = obs.procs.target_pid if obs.procs is not None else None
-    env = build_environment(
-        target_pid=target, gpus=obs.gpus, facts=daemon.window.progress.facts, driver=driver
-    )
+    facts = daemon.window.progress.facts
+    if obs.nccl_ras is not None:  # the bundle's facts carried NCCL's view before it had a field
+        facts = {**facts, "nccl_ras": obs.nccl_ras}
+    env = build_environment(target_pid=target, gpus=obs.gpus, facts=facts, driver=driver)
     # replay re-classifies with the thresholds this daemon used
     env["watchdog"] = {"version": __version__, "thresholds": dataclasses.asdict(daemon.thresholds)}
     return env
@@ -344,16 +350,8 @@ def _notify(built: Built) -> None:
 
     notifier = Notifier.from_env()
     interval = notifier.watchdog_interval_s()
-    worst = built.daemon.worst_tick_s()
-    if interval is not None and worst >= interval:
-        # One ping per loop: a loop that can outlast half of WatchdogSec= gets the watchdog
-        # killed and restarted over and over (NVSentinel #1748 saw 49 liveness kills).
-        raise ConfigError(
-            f"key 'tick_s': one loop can take {worst:g} s (tick_s {built.daemon.cfg.tick_s:g} "
-            f"plus the probes' deadlines when they hang), not less than half of systemd's "
-            f"WatchdogSec= ({interval:g} s); lower tick_s or raise WatchdogSec= to at least "
-            f"{2 * worst + 1:.0f}s in the unit"
-        )
+    if interval is not None:
+        check_watchdog_interval(built.daemon.cfg, built.daemon.worst_tick_s(), interval)
     if notifier.enabled:
         built.daemon.hooks.append(_NotifyHook(notifier))
 

@@ -65,7 +65,7 @@ def _loop_series(obs: Observation, verdict: Verdict, wall: float) -> dict[str, S
     out["hang_watchdog_progress_ratio"] = _optional(verdict.progress_ratio)
     out["hang_watchdog_source_up"] = _source_up(obs.sources)
     out["hang_watchdog_last_loop_timestamp_seconds"] = [((), wall)]
-    out.update(_ras_series(obs.facts.get("nccl_ras")))
+    out.update(_ras_series(obs.nccl_ras))
     return out
 
 

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from watchdog.preflight.deadline import DeadlineExceeded, call_with_deadline
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
+from watchdog.sources.deadline import DeadlineExceeded, call_with_deadline
 
 # flashinfer jit/cubin_loader.py, identical v0.6.7 .. v0.6.18rc7 (domain.md 1.1).
 DEFAULT_CUBINS_REPOSITORY = (

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from watchdog.preflight import deadline
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
+from watchdog.sources import deadline
 from watchdog.sources.gpu.backend import FabricInfo, GpuBackend, GpuError
 
 T = TypeVar("T")

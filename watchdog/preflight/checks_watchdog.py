@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.preflight.checks_gpu import GpuInventory
-from watchdog.preflight.deadline import DeadlineExceeded, call_with_deadline
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
+from watchdog.sources.deadline import DeadlineExceeded, call_with_deadline
 from watchdog.sources.stacks.parse import resolve_pyspy
 
 GIB = 1024**3

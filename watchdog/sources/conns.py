@@ -22,7 +22,8 @@ from urllib.parse import urlsplit
 import psutil
 
 from watchdog.core.model import Connection
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
+from watchdog.sources.procenv import read_environ
 
 log = logging.getLogger("hang_watchdog.sources.conns")
 
@@ -222,6 +223,7 @@ class ConnSource:
     """Reports the target tree's TCP sockets to CDN hosts, with how long each has been open."""
 
     name = "conns"
+    part = "conns"
 
     def __init__(
         self,
@@ -231,8 +233,10 @@ class ConnSource:
         psutil_module: ModuleType = psutil,
         clock: Callable[[], float] = time.monotonic,
         net_root: str = "/proc/net",
+        proc_root: str = "/proc",
     ) -> None:
         self.hosts = hosts
+        self._proc_root = proc_root
         self.resolver = resolver
         self.health = SourceHealth(self.name)
         self._ps = psutil_module
@@ -247,7 +251,22 @@ class ConnSource:
                 by_ip.setdefault(ip, []).append((host, port))
         return by_ip
 
-    def poll(
+    def deadline(self, tick_s: float) -> Deadline:
+        return proc_deadline(tick_s)
+
+    def poll(self, tick: Tick | None = None) -> tuple[Connection, ...]:
+        """The CDN sockets of the target's tree this tick (`tick` from the procs source).
+
+        The target's environment names extra CDN hosts; the facts source has read it already
+        this tick when it runs, else it is read here and handed on (the GPU choice uses it).
+        """
+        if tick is None:
+            return ()
+        if tick.environ is None and tick.target_pid is not None:
+            tick.environ = read_environ(tick.target_pid, self._proc_root)
+        return self.connections(tick.tree_pids, tick.environ)
+
+    def connections(
         self, pids: Sequence[int], environ: Mapping[str, str] | None = None
     ) -> tuple[Connection, ...]:
         """The CDN sockets of these processes this tick; never raises."""

@@ -1,10 +1,13 @@
-"""Run a source's blocking call in its own daemon thread, with a deadline per call.
+"""The one deadline mechanism: a blocking call runs in a long-lived daemon thread, and the
+caller waits for it no longer than its deadline.
 
-A hung driver call or a read of `/proc/PID/cmdline` or `environ` (which waits for the
-target's mmap lock, held by a process stuck in the driver) must not freeze the loop: the
-self-watchdog would stop pinging, systemd would restart the watchdog, and it would block again.
-A call past its deadline marks the source down; later calls skip the source until the stuck
-one returns, so stuck threads never pile up.
+The loop polls each source through a `DeadlineCall`, the GPU source runs its NVML calls on its
+own `Worker`, and pre-flight's probes go through `call_with_deadline`. A hung driver call or a
+read of `/proc/PID/cmdline` or `environ` (which waits for the target's mmap lock, held by a
+process stuck in the driver) must not freeze the loop: the self-watchdog would stop pinging,
+systemd would restart the watchdog, and it would block again. A call past its deadline marks
+the source down; later calls skip the source until the stuck one returns, so stuck threads
+never pile up.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, TypeVar
 
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import PROC_HINT, SourceHealth
 from watchdog.sources.schedstat import run_queue_wait_s
 
 T = TypeVar("T")
@@ -68,7 +71,7 @@ class DeadlineCall:
         health: SourceHealth | None,
         deadline_s: float,
         *,
-        hint: str = "a /proc read blocked by a process stuck in the driver?",
+        hint: str = PROC_HINT,
         keep_late: bool = False,
     ) -> None:
         self.name, self.health, self.deadline_s = name, health, deadline_s
@@ -119,3 +122,23 @@ class DeadlineCall:
             f"{self.name} poll did not return within {self.deadline_s:.1f} s ({hint}); "
             "skipped until it does"
         )
+
+
+class DeadlineExceeded(TimeoutError):
+    """The call did not return within its deadline; it may still be blocked in its thread."""
+
+
+def call_with_deadline(fn: Callable[[], T], timeout_s: float, *, name: str = "probe") -> T:
+    """Return `fn()`, re-raise what it raised, or raise DeadlineExceeded after `timeout_s`.
+
+    For one-off probes (pre-flight): timeouts inside a library do not cover everything (httpx's
+    does not bound the DNS lookup, `statvfs` on a hung NFS mount has none). Past the deadline
+    the caller moves on and the thread is abandoned; it ends with the process.
+    """
+    worker = Worker(name)
+    fut = worker.submit(fn)
+    worker.stop()  # the thread ends after this one job
+    try:
+        return fut.result(timeout=timeout_s)
+    except FutureTimeout:
+        raise DeadlineExceeded(f"{name} did not return within {timeout_s:g} s") from None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog.core.redact import relevant_environ
 from watchdog.sources import pyenv
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
 from watchdog.sources.procenv import read_cmdline, read_server_environ
 
 if TYPE_CHECKING:
@@ -185,6 +185,7 @@ class FactsSource:
     """Facts about the current target, refreshed when the target PID changes; never blocks."""
 
     name = "facts"
+    part = "facts"
 
     def __init__(
         self,
@@ -212,11 +213,25 @@ class FactsSource:
         self._exe: str | None = None
         self._facts: dict[str, Any] = {}
 
-    def poll(self, target_pid: int | None) -> dict[str, Any]:
+    def deadline(self, tick_s: float) -> Deadline:
+        return proc_deadline(tick_s)
+
+    def poll(self, tick: Tick | None = None) -> dict[str, Any]:
+        """The facts known so far for the tick's target; {} when there is none.
+
+        The target's environment goes into `tick` for the connection source and the GPU
+        choice, never into the facts: it can hold secrets, and the facts are recorded.
+        """
+        facts = self.read(tick.target_pid if tick is not None else None)
+        environ = facts.pop("environ", None)
+        if tick is not None and environ is not None:
+            tick.environ = environ
+        return facts
+
+    def read(self, target_pid: int | None) -> dict[str, Any]:
         """The facts known so far for this target; {} when there is none.
 
-        The dict also carries "environ" (the target's environment) for the connection source;
-        the loop strips it before anything is recorded, since it can hold secrets.
+        The dict also carries "environ" (the target's environment); `poll` takes it out.
         """
         if target_pid is None:
             self.health.ok()

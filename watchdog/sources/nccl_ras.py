@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick
 from watchdog.sources.rasreport import (
     RasComm,
     RasError,
@@ -136,10 +136,11 @@ class RasSource:
     10 intervals; "on": retried every interval (each distinct error still logged once).
     `configured` (an address was set, or mode "on"): a service that does not answer is a source
     that is down (`source_up{source="nccl_ras"} 0`); not configured, it is not a source at all
-    until it first answers.
+    until it first answers (`health.reported`). Its result is the Observation's `nccl_ras`.
     """
 
     name = "nccl_ras"
+    part = "nccl_ras"
 
     def __init__(
         self,
@@ -155,6 +156,7 @@ class RasSource:
         self.configured = configured
         self._local = frozenset(local_hosts) if local_hosts is not None else None
         self.health = SourceHealth(self.name, log)
+        self.health.reported = configured
         self._clock = clock
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -162,7 +164,11 @@ class RasSource:
         self._ever_up = False
         self._latest: dict[str, Any] = {"up": False, "evidence": [], "error": None}
 
-    def poll(self) -> dict[str, Any]:
+    def deadline(self, tick_s: float) -> Deadline:
+        """Inline: a poll only reads the latest result; the query thread has its own deadline."""
+        return Deadline(0.0, inline=True)
+
+    def poll(self, tick: Tick | None = None) -> dict[str, Any]:
         """The latest result (never blocks); starts a query when one is due."""
         now = self._clock()
         with self._lock:
@@ -197,6 +203,7 @@ class RasSource:
         with self._lock:
             self._ever_up = True
             self._latest = result
+        self.health.reported = True
         self.health.ok()
 
     def _fail(self, error: str) -> None:
@@ -213,7 +220,7 @@ class RasSource:
     @property
     def reported(self) -> bool:
         """Whether this source has a `source_up` series: configured, or it answered once."""
-        return self.configured or self._ever_up
+        return self.health.reported
 
     def close(self) -> None:
         """Nothing to release: the query thread is a daemon and ends at its deadline."""
@@ -236,31 +243,3 @@ def local_addresses(ras_host: str, fib_trie: str = "/proc/net/fib_trie") -> froz
         elif line.strip().startswith("/32 host LOCAL") and last:
             out.add(last)
     return frozenset(out)
-
-
-class WithRas:
-    """The facts source plus the latest RAS result as fact `nccl_ras` (never blocks the tick)."""
-
-    def __init__(self, facts: Any, ras: RasSource) -> None:
-        self.facts, self.ras = facts, ras
-        self.name, self.health = facts.name, facts.health
-
-    def poll(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.facts.poll(*args, **kwargs)
-        if isinstance(out, dict):
-            return {**out, "nccl_ras": self.ras.poll()}
-        return out
-
-    @property
-    def sub_sources(self) -> tuple[RasSource, ...]:
-        """The RAS source, for `source_up`, when it counts as one (RasSource.reported)."""
-        return (self.ras,) if self.ras.reported else ()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.facts, name)
-
-    def close(self) -> None:
-        self.ras.close()
-        close = getattr(self.facts, "close", None)
-        if close is not None:
-            close()

@@ -26,7 +26,7 @@ import psutil
 
 from watchdog.core.model import ProcInfo, ProcSnapshot
 from watchdog.engines.detect import EngineRef
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
 
 # A live child with one of these names means a JIT build is running (not a hang).
 COMPILERS = frozenset({"nvcc", "ninja", "cicc", "ptxas", "cc1plus"})
@@ -140,6 +140,7 @@ class ProcSource:
     """Reads the target's process tree each tick; never raises."""
 
     name = "procs"
+    part = "procs"
 
     def __init__(
         self,
@@ -193,12 +194,23 @@ class ProcSource:
         self._pid = pid
         return pid, True, restarted
 
-    def poll(self) -> ProcSnapshot:
-        """One snapshot of the target and its descendants.
+    def deadline(self, tick_s: float) -> Deadline:
+        return proc_deadline(tick_s)
+
+    def poll(self, tick: Tick | None = None) -> ProcSnapshot:
+        """One snapshot of the target and its descendants; a live target and its tree go into
+        `tick` for the sources polled after this one.
 
         A dead or missing target is an observation (alive=False), not a source failure: the
         source stays up so the classifier sees it. It goes down only when the tree is unreadable.
         """
+        snap = self._snapshot()
+        if tick is not None and snap.alive:
+            tick.target_pid = snap.target_pid
+            tick.tree_pids = tuple(p.pid for p in snap.procs)
+        return snap
+
+    def _snapshot(self) -> ProcSnapshot:
         pid, alive, restarted = self._resolve_target()
         procs = self._walk(pid) if (pid is not None and alive) else []
         if pid is None or not alive:

@@ -16,7 +16,7 @@ from watchdog.core.model import ServerSample
 from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
 from watchdog.engines.profile import EngineProfile, MetricSample
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick, scrape_deadline
 from watchdog.sources.httpget import BodyTooLarge, HttpGet
 from watchdog.sources.tcpdiag import DiagUnavailable, PendingRequest, unanswered
 
@@ -173,6 +173,7 @@ class ServerSource:
     """Polls one server's HTTP API; never raises, marks itself down when /metrics fails."""
 
     name = "server"  # the source's name in logs and `source_up` (also exported as `vllm`)
+    part = "server"
 
     def __init__(
         self,
@@ -199,7 +200,10 @@ class ServerSource:
         profile = self.engine.profile if self.engine is not None else None
         return profile if profile is not None and profile.samples else None
 
-    def poll(self) -> ServerSample:
+    def deadline(self, tick_s: float) -> Deadline:
+        return scrape_deadline(self.timeout_s, 2)  # /metrics, then /health
+
+    def poll(self, tick: Tick | None = None) -> ServerSample:
         """One scrape of /metrics then /health (skipped when the server is unreachable)."""
         profile = self._profile()
         sample, reachable = self._scrape_metrics(profile)

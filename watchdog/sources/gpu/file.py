@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick
 
 log = logging.getLogger("hang_watchdog.sources.gpu.file")
 
@@ -45,6 +45,8 @@ class _Seen:
 class GpuFileSource:
     """Follows a JSON Lines file of GPU samples; poll() gives the newest sample per GPU."""
 
+    part = "gpus"
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -69,7 +71,11 @@ class GpuFileSource:
         self._silent: set[int] = set()  # GPUs already reported as silent
         self._joined = False  # the first open starts near the end; later files from the start
 
-    def poll(self) -> tuple[GpuSample, ...]:
+    def deadline(self, tick_s: float) -> Deadline:
+        # A FIFO or a hung network mount at the path blocks open() or read() for ever.
+        return Deadline(3.0, hint="a FIFO or a hung network mount at the GPU file?")
+
+    def poll(self, tick: Tick | None = None) -> tuple[GpuSample, ...]:
         """The newest sample of each GPU; () while down (no file, nothing yet, or stale)."""
         try:
             self._follow()

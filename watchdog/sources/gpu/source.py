@@ -3,7 +3,9 @@
 NVML calls can block for a long time when the driver is wedged (the very situation the
 watchdog exists for), so the loop never calls the backend directly: a stuck call marks the
 source down, later polls return () at once while it is still stuck, and the source recovers
-when the call returns. `make_gpu_source` turns the `--gpu-source` option into a source.
+when the call returns. The worker is the deadline module's (sources/deadline.py), and the loop
+polls this source inline (`Deadline.inline`), so an NVML call runs on that one thread.
+`make_gpu_source` turns the `--gpu-source` option into a source.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick
 from watchdog.sources.deadline import Worker
 from watchdog.sources.gpu.backend import FabricInfo, GpuBackend, GpuError
 from watchdog.sources.gpu.file import GpuFileSource
@@ -33,7 +35,9 @@ T = TypeVar("T")
 
 
 class GpuSource:
-    """GPU samples from a backend, never blocking the caller longer than `deadline_s`."""
+    """GPU samples from a backend, never blocking the caller longer than `deadline_s` per call."""
+
+    part = "gpus"
 
     def __init__(
         self,
@@ -58,7 +62,11 @@ class GpuSource:
         self._next_init_at: float | None = None
         self._lost_seen: set[str] = set()
 
-    def poll(self) -> tuple[GpuSample, ...]:
+    def deadline(self, tick_s: float) -> Deadline:
+        """Inline: the worker bounds each call; a poll is at most an init and a read."""
+        return Deadline(2 * self._deadline_s, inline=True)
+
+    def poll(self, tick: Tick | None = None) -> tuple[GpuSample, ...]:
         """Every GPU now; () while down. Never raises, never blocks past the deadline."""
         if not self._settle_pending() or not self._ensure_init():
             return ()
@@ -168,6 +176,7 @@ class NullGpuSource:
     """`--gpu-source none`: always down, always empty, says why."""
 
     deadline_s = 0.0  # never waits on anything
+    part = "gpus"
 
     def __init__(self, name: str = "gpu") -> None:
         self.name = name
@@ -175,7 +184,10 @@ class NullGpuSource:
         # Set directly, not via down(): disabling on purpose is not worth a warning.
         self.health.last_error = "GPU source disabled (--gpu-source none)"
 
-    def poll(self) -> tuple[GpuSample, ...]:
+    def deadline(self, tick_s: float) -> Deadline:
+        return Deadline(0.0, inline=True)
+
+    def poll(self, tick: Tick | None = None) -> tuple[GpuSample, ...]:
         return ()
 
     def close(self) -> None:

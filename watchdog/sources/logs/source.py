@@ -17,7 +17,7 @@ from typing import BinaryIO, Protocol
 
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
-from watchdog.sources.base import SourceHealth
+from watchdog.sources.base import Deadline, SourceHealth, Tick
 from watchdog.sources.logs.parse import LogPatterns, clean_line, parse_line
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text, tail_lines
 from watchdog.sources.logs.split import Block, BlockSplitter, count_eols
@@ -211,6 +211,8 @@ class LogSource:
     them as hang_watchdog_log_lines_skipped_total).
     """
 
+    part = "logs"
+
     def __init__(
         self,
         readers: Sequence[LineReader],
@@ -253,7 +255,16 @@ class LogSource:
         self._reported: dict[str, int] = {}
         self._last_report = float("-inf")
 
-    def poll(self) -> tuple[LogEvent, ...]:
+    def deadline(self, tick_s: float) -> Deadline:
+        # A FIFO or a hung network mount at a log path blocks open() or read() for ever; lines
+        # read late are still evidence, so a late poll's events go into the next tick.
+        return Deadline(
+            max(0.5, tick_s),
+            keep_late=True,
+            hint="a FIFO or a hung network mount at the log path, or a flood of lines?",
+        )
+
+    def poll(self, tick: Tick | None = None) -> tuple[LogEvent, ...]:
         """The events parsed from all lines that arrived since the last poll."""
         events: list[LogEvent] = []
         errors: list[str] = []
