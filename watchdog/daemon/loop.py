@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from watchdog.config import Config
 from watchdog.core.classify import Thresholds, classify
@@ -25,6 +25,7 @@ from watchdog.core.model import (
     Verdict,
 )
 from watchdog.core.signatures import SignatureSet
+from watchdog.core.tick import Hook, Tick
 from watchdog.core.window import Window
 from watchdog.outputs.emit import Emitter
 from watchdog.sources.base import SourceHealth
@@ -32,12 +33,6 @@ from watchdog.sources.deadline import DeadlineCall
 from watchdog.sources.procenv import read_environ
 
 log = logging.getLogger("hang_watchdog.daemon")
-
-
-class Hook(Protocol):
-    """Something that reacts to each tick (episodes/incidents, remediation, metrics, notify)."""
-
-    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Daemon) -> None: ...
 
 
 @dataclass
@@ -161,6 +156,7 @@ class Daemon:
             stacks=self._pending_stacks,
             facts={k: v for k, v in facts.items() if k != "environ"},
             sources=_source_states(s),
+            log_skipped={k: n for k, n in getattr(s.logs, "skipped", {}).items() if n},
         )
         self._pending_stacks = ()
         self._injected = []
@@ -207,9 +203,10 @@ class Daemon:
         self.verdict = verdict
         if old is None or old.state != verdict.state or old.signature != verdict.signature:
             self.emitter.state_change(old.state if old else None, verdict)
+        ctx = self._tick(obs, verdict)
         for hook in self.hooks:
             try:
-                hook.on_tick(obs, verdict, self)
+                hook.on_tick(ctx)
             except Exception:  # last resort: a sink must never stop the watching
                 self.stats.errors += 1
                 log.exception("hook %s failed; the loop carries on", type(hook).__name__)
@@ -218,6 +215,22 @@ class Daemon:
         # The whole iteration, hooks included; the exporter reports it on the next tick.
         self.stats.last_duration_s = self.stats.last_loop_end - start
         return verdict
+
+    def _tick(self, obs: Observation, verdict: Verdict) -> Tick:
+        """What the hooks see of this iteration: no handle on the daemon itself."""
+        return Tick(
+            obs=obs,
+            verdict=verdict,
+            window=self.window,
+            thresholds=self.thresholds,
+            clock=self.clock,
+            event=self.emitter.event,
+            inject=self.inject,
+            attach_stacks=self.attach_stacks,
+            # The previous iteration's full duration (this one is still running its hooks).
+            last_loop_s=self.stats.last_duration_s if self.stats.iterations else None,
+            lag_s=self.stats.last_lag_s,
+        )
 
     def run(
         self,

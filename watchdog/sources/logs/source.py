@@ -207,8 +207,8 @@ class LogSource:
     the parser's or the keep pattern's literal keys are decoded and parsed, within
     `budget_s` per poll; what the budget left is carried to the next poll, never dropped
     (`skipped["budget"]` stays for the metric's label). Lines a reader dropped or jumped over
-    are counted by reason in `skipped`, logged, and passed to `on_skip` (the daemon exports
-    them as hang_watchdog_log_lines_skipped_total).
+    are counted by reason in `skipped` (each Observation carries them: the metrics hook
+    exports hang_watchdog_log_lines_skipped_total), logged, and passed to `on_skip` if set.
     """
 
     def __init__(
