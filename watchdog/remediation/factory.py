@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from watchdog.config import Config, ConfigError
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.tick import EventSink
 from watchdog.remediation.collaborators import Evidence, RemediationMetrics
 
-if TYPE_CHECKING:  # the default daemon must not import the restarters (psutil, threads)
+if TYPE_CHECKING:  # the default daemon must not import the hooks (httpx, psutil, threads)
     from watchdog.engines.profile import EngineProfile
+    from watchdog.remediation.canary import CanaryHook
+    from watchdog.remediation.hook import RemediationHook
     from watchdog.remediation.restarters import EnvFilter, Supervised
 
 log = logging.getLogger("hang_watchdog.remediation")
@@ -34,7 +36,7 @@ def incident_dir(cfg: Config) -> str | None:
     return path
 
 
-def make_canary(cfg: Config) -> Any:
+def make_canary(cfg: Config) -> CanaryHook | None:
     """The idle canary hook for `cfg` (None when `canary` is off)."""
     if not cfg.canary:
         return None
@@ -57,7 +59,7 @@ def make_remediation_hook(
     metrics: RemediationMetrics | None = None,
     engine: Callable[[], EngineProfile | None] = lambda: None,
     node: str = "",
-) -> Any:
+) -> RemediationHook | None:
     """The hook for `cfg` (None when remediation and dry run are both off). `node` names this
     host in a deployment (outputs/fleet.py FleetLabels); `child_env` strips what a supervised
     child must not inherit (outputs/sdnotify.py child_environ)."""
