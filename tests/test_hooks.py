@@ -153,3 +153,24 @@ def test_remediation_imports_neither_daemon_nor_outputs() -> None:
         if name.startswith(("watchdog.daemon", "watchdog.outputs"))
     }
     assert not bad, sorted(bad)
+
+
+def test_log_skips_reach_the_metric_through_the_observation(tmp_path: Path) -> None:
+    """The log source only counts; the loop puts its totals in each Observation and the
+    metrics hook exports the increases."""
+    from watchdog.daemon.wiring import build
+
+    log = tmp_path / "vllm.log"
+    log.write_text("")
+    cfg = build_config({"log_files": [str(log)], "gpu_source": "none", "metrics_addr": "off",
+                        "stacks": False, "cdn_default": False})  # fmt: skip
+    built = build(cfg)
+    try:
+        built.daemon.tick()
+        built.daemon.sources.logs.skipped["lag"] += 3  # as FileFollower's lag folds in
+        obs = built.daemon.observe()
+        built.daemon.tick()
+    finally:
+        built.close()
+    assert obs.log_skipped == {"lag": 3}
+    assert _skipped(built.metrics) == {"dropped": 0.0, "lag": 3.0, "budget": 0.0}
