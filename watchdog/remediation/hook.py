@@ -97,9 +97,10 @@ class RemediationHook:
             assert plan is not None
             refused = self._act(plan, tick)
             if refused:
-                why = Decision(Kind.SKIP, why=refused, action=plan.action, outcome="failed",
-                               rule="state")  # fmt: skip
-                self._skip(tick, key, why)
+                failed = Decision(
+                    Kind.SKIP, why=refused, action=plan.action, outcome="failed", rule="state"
+                )
+                self._skip(tick, key, failed)
             else:
                 self._handled = key
 
@@ -153,10 +154,8 @@ class RemediationHook:
         )
         bundle = self.episodes.incident()
         if bundle is not None:
-            self.episodes.record_remediation(bundle, {"dry_run": True,
-                                                      "restarter": self.restarter.name,
-                                                      "plan": plan.to_dict(),
-                                                      "outcome": "planned"})  # fmt: skip
+            record = {"dry_run": True, "restarter": self.restarter.name, "plan": plan.to_dict()}
+            self.episodes.record_remediation(bundle, {**record, "outcome": "planned"})
 
     def _act(self, plan: Plan, tick: Tick) -> str:
         """Record the restart in the state, then start it ("" returned). Refused (the reason
