@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,18 @@ def test_a_restart_stamped_in_the_future_counts_from_now() -> None:
     state = RemediationState(restarts=[5_000.0])  # recorded before the clock was set back
     clamp_future(state, 1_000.0)
     assert gate(state, 1_000.0 + 601, cooldown_s=600, window_s=3600, max_restarts=3).blocked == ""
+
+
+def test_a_fallback_clear_while_running_is_picked_up(tmp_path: Path) -> None:
+    hook, restarter, sink = make_hook(tmp_path)
+    store = StateStore(tmp_path / "st")
+    store.save(RemediationState(exhausted=True, exhausted_reason="3 restarts"))
+    daemon = FakeDaemon({"vllm": "0.14.0"})
+    hook.on_tick(daemon.tick(obs(1.0), hang()))
+    assert restarter.calls == [] and "remediation exhausted (3 restarts)" in daemon.out.getvalue()
+    assert metric(sink, "hang_watchdog_remediation_exhausted") == 1
+    time.sleep(0.05)  # a later modification time than the first write's
+    store.save(RemediationState())  # what `hang-watchdog fallback clear` writes
+    hook.on_tick(daemon.tick(obs(2.0), hang()))  # the same episode, still hung
+    wait_for(lambda: len(restarter.calls) == 1)
+    assert metric(sink, "hang_watchdog_remediation_exhausted") == 0

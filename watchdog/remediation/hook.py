@@ -19,11 +19,12 @@ from watchdog.engines.profile import EngineProfile
 from watchdog.remediation.collaborators import Evidence, NoMetrics, RemediationMetrics
 from watchdog.remediation.decide import UNASKED, Decision, Facts, Kind, decide
 from watchdog.remediation.deployment import FleetDecider, fleet_block
-from watchdog.remediation.limits import SteadyWall, clamp_future, gate
+from watchdog.remediation.kept import KeptState
+from watchdog.remediation.limits import SteadyWall, gate
 from watchdog.remediation.machine import Attempt, Machine, Phase
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
-from watchdog.remediation.state import StateError, StateStore
+from watchdog.remediation.state import RemediationState, StateStore
 from watchdog.remediation.verify import Outcome, SmokeTest, Verifier
 
 log = logging.getLogger("hang_watchdog.remediation")
@@ -45,24 +46,27 @@ class RemediationHook:
         engine: Callable[[], EngineProfile | None] = lambda: None,
         fleet: FleetDecider | None = None,
     ) -> None:
-        self.cfg, self.sigs, self.restarter, self.store = cfg, sigs, restarter, store
+        self.cfg, self.sigs, self.restarter = cfg, sigs, restarter
         self.episodes = episodes
         self.metrics: RemediationMetrics = metrics if metrics is not None else NoMetrics()
         self.engine = engine  # the engine profile in force: whose spelling of each fallback
         self.fleet = fleet  # cause mode of a deployment (remediation/deployment.py)
         self.wall = wall or SteadyWall()
-        self.state = store.load()
-        clamp_future(self.state, self.wall())
-        self._mtime = self.store.stamp()
-        self._save_error = ""
+        self.kept = KeptState(store, self.wall)
         self.machine = Machine()
         self._handled: Hashable | None = None  # the episode decided for good
         self._said: set[tuple[Hashable | None, str]] = set()  # (episode, reason) already said
         self._export_state()
 
+    @property
+    def state(self) -> RemediationState:
+        """The persisted counters and active fallback (replaced when the file is reloaded)."""
+        return self.kept.state
+
     # -- per tick ---------------------------------------------------------------------------
     def on_tick(self, tick: Tick) -> None:
-        self._reload_if_changed()
+        if self.kept.reload_if_changed():  # an operator may `fallback clear` while it runs
+            self._export_state()
         if self.machine.phase is Phase.RESTARTING:
             self._poll_job(tick)
             return
@@ -133,7 +137,7 @@ class RemediationHook:
     def _exhaust(self, decision: Decision, plan: Plan | None, tick: Tick) -> None:
         """The cap was reached: latch it in the state (only an operator clears it)."""
         self.state.exhausted, self.state.exhausted_reason = True, decision.exhausts
-        self._save()
+        self.kept.save()
         self._export_state()
         tick.event(
             "remediation_exhausted",
@@ -172,11 +176,11 @@ class RemediationHook:
             }
         # `fallback clear` empties the file the server reads, even when not told its path
         self.state.fallback_file = self.restarter.env_file or before[2]
-        failed = self._save()
+        failed = self.kept.save()
         if failed:
             self.state.restarts, self.state.active, self.state.fallback_file = before
             return (
-                f"not restarting: {failed}; make {self.store.dir} writable by the watchdog "
+                f"not restarting: {failed}; make {self.kept.store.dir} writable by the watchdog "
                 "(or set state_dir to a directory that is)"
             )
         self._export_state(started=1)
@@ -246,7 +250,7 @@ class RemediationHook:
                 "wall": self.wall(),
             }
         )
-        self._save()
+        self.kept.save()
         tick.event(
             "remediation",
             f"{outcome.outcome}: {outcome.reason}",
@@ -282,30 +286,3 @@ class RemediationHook:
         once closing), so no server is left running unwatched."""
         if self.machine.phase is Phase.RESTARTING:
             self.machine.attempt.job.thread.join(timeout=self.cfg.stop_grace_s + 15.0)
-
-    def _reload_if_changed(self) -> None:
-        """An operator may clear the file (`fallback clear`) while the watchdog runs."""
-        mtime = self.store.stamp()
-        if mtime == self._mtime:
-            return
-        self._mtime = mtime
-        try:
-            self.state = self.store.load()
-            clamp_future(self.state, self.wall())
-        except StateError as exc:
-            log.error("remediation state: %s", exc)
-            return
-        self._export_state()
-
-    def _save(self) -> str:
-        """Persist the state; why it failed ("" when saved)."""
-        failed = ""
-        try:
-            self.store.save(self.state)
-        except OSError as exc:
-            failed = f"cannot save the remediation state to {self.store.path}: {exc}"
-            if failed != self._save_error:  # retried every tick: say each failure once
-                log.error("%s", failed)
-        self._save_error = failed
-        self._mtime = self.store.stamp()
-        return failed
