@@ -10,7 +10,7 @@ from watchdog.config import Config
 from watchdog.core.model import ProcSnapshot
 from watchdog.core.signatures import load_signatures
 from watchdog.daemon.loop import Daemon
-from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.deadline import DeadlineCall
 
 
@@ -53,7 +53,7 @@ class _StuckProcs:
     def deadline(self, tick_s: float) -> Deadline:
         return proc_deadline(tick_s)
 
-    def poll(self, tick: Tick) -> ProcSnapshot:
+    def poll(self, tick: SourceTick) -> ProcSnapshot:
         self.release.wait(60)
         self.health.ok()
         return ProcSnapshot(1, True, ())

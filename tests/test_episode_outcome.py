@@ -4,33 +4,26 @@ the episode hook, the bundle writer, the metrics sink and the emitter are the re
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests.obsbuilder import Timeline, gpu, procs
+from tests.tickkit import TickKit
 from watchdog.core.classify import Thresholds, classify
 from watchdog.core.model import ServerSample, Verdict
 from watchdog.core.signatures import load_signatures
-from watchdog.core.window import Window
 from watchdog.daemon.episodes import EpisodeHook
-from watchdog.outputs.emit import Emitter
 from watchdog.outputs.export import MetricsSink
 from watchdog.outputs.incident import IncidentWriter
 
 
-class _Daemon:
-    """What the hook reads of the daemon: its window and emitter (no stack capture here)."""
+class _Daemon(TickKit):
+    """The ticks the hook sees, events written as JSON (no stack capture here)."""
 
     def __init__(self) -> None:
-        self.window = Window()
-        self.out = io.StringIO()
-        self.emitter = Emitter("json", self.out, wall=lambda: 1.7e9)
-
-    def attach_stacks(self, stacks: object) -> None:
-        raise AssertionError("no capturer: nothing to attach")
+        super().__init__(fmt="json", wall=lambda: 1.7e9)
 
 
 def _serving(tokens: float) -> ServerSample:
@@ -67,7 +60,7 @@ def _run(
         daemon.window.append(obs)
         v = classify(daemon.window, sigs, th)
         verdicts.append(v)
-        hook.on_tick(obs, v, daemon)
+        hook.on_tick(daemon.tick(obs, v))
     return verdicts, daemon, generate_latest(registry).decode()
 
 

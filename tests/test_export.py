@@ -348,7 +348,7 @@ def test_healthz_goes_503_when_the_real_loop_is_stuck(tmp_path) -> None:
     hold, stop = threading.Event(), threading.Event()
 
     class Stuck:
-        def on_tick(self, obs, verdict, daemon) -> None:
+        def on_tick(self, tick) -> None:
             while hold.is_set() and not stop.is_set():
                 time.sleep(0.05)
 

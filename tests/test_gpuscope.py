@@ -109,12 +109,12 @@ def test_the_choice_holds_while_its_evidence_is_unavailable() -> None:
     """A driver hang that blocks the process source must not widen the judgement to all GPUs."""
     from watchdog.core.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
-    from watchdog.sources.base import Tick
+    from watchdog.sources.base import SourceTick
 
     daemon = Daemon(Config(metrics_addr="off", cdn_default=False), load_signatures(), [])
     daemon.host_pids = True
-    assert _idx(daemon._server_gpus(NODE, Tick(5, (222,), {}))) == [1]  # server processes
-    assert _idx(daemon._server_gpus(NODE, Tick(None, (), None))) == [1]  # procs stuck: kept
-    assert _idx(daemon._server_gpus(NODE, Tick(5, (), None))) == [1]  # same server, not alive
-    assert _idx(daemon._server_gpus(NODE, Tick(6, (), {}))) == [0, 1, 2]  # a new server
+    assert _idx(daemon._server_gpus(NODE, SourceTick(5, (222,), {}))) == [1]  # server processes
+    assert _idx(daemon._server_gpus(NODE, SourceTick(None, (), None))) == [1]  # procs stuck: kept
+    assert _idx(daemon._server_gpus(NODE, SourceTick(5, (), None))) == [1]  # same server, not alive
+    assert _idx(daemon._server_gpus(NODE, SourceTick(6, (), {}))) == [0, 1, 2]  # a new server
     daemon.close()

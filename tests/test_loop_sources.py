@@ -12,7 +12,7 @@ import pytest
 from watchdog.config import Config
 from watchdog.core.signatures import load_signatures
 from watchdog.daemon.loop import Daemon
-from watchdog.sources.base import Deadline, SourceHealth, Tick
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 
 
 class _Probe:
@@ -29,12 +29,12 @@ class _Probe:
         self.raises: Exception | None = None
         self.polls = 0
         self.threads: list[str] = []
-        self.seen: list[Tick] = []
+        self.seen: list[SourceTick] = []
 
     def deadline(self, tick_s: float) -> Deadline:
         return self.spec
 
-    def poll(self, tick: Tick) -> Any:
+    def poll(self, tick: SourceTick) -> Any:
         self.polls += 1
         self.threads.append(threading.current_thread().name)
         self.seen.append(tick)
@@ -60,7 +60,7 @@ class _Target:
     def deadline(self, tick_s: float) -> Deadline:
         return Deadline(1.0)
 
-    def poll(self, tick: Tick) -> None:
+    def poll(self, tick: SourceTick) -> None:
         tick.target_pid, tick.tree_pids = 4242, (4242, 4243)
         self.health.ok()
         return None

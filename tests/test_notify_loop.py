@@ -15,13 +15,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.simfixtures import sim_env, stop_process
 from watchdog.config import build_config
-from watchdog.core.model import Observation, Verdict
+from watchdog.core.tick import Tick
 from watchdog.daemon.wiring import build
 from watchdog.outputs.sdnotify import Notifier
 
@@ -148,7 +147,7 @@ class _Blocker:
         self.release = threading.Event()
         self.blocked = threading.Event()
 
-    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
+    def on_tick(self, tick: Tick) -> None:
         if self.hold.is_set():
             self.blocked.set()
             self.release.wait(timeout=60)

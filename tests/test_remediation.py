@@ -3,7 +3,6 @@ restarters, and the hook's safety rules (low confidence, dry run, once per episo
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
@@ -14,14 +13,18 @@ from typing import Any
 
 import pytest
 
+from tests.tickkit import TickKit
 from watchdog.commands import fallback as fallback_cli
 from watchdog.config import build_config
 from watchdog.core.model import Observation, ProcSnapshot, Verdict
 from watchdog.core.signatures import load_signatures
-from watchdog.outputs.emit import Emitter
+from watchdog.daemon.episodes import Episode, EpisodeHook
 from watchdog.outputs.export import MetricsSink
+from watchdog.outputs.fleet import FleetLabels
+from watchdog.remediation.deployment import decider_for
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.limits import Gate, gate
+from watchdog.remediation.machine import Phase
 from watchdog.remediation.plan import PlanError, make_plan, parse_version
 from watchdog.remediation.restarters import (
     KubernetesRestarter,
@@ -48,20 +51,18 @@ def metric(sink: MetricsSink, name: str, **labels: str) -> float | None:
     return None
 
 
-class FakeDaemon:
-    """Just what the hook reads from the daemon: emitter, window facts and thresholds."""
+class FakeDaemon(TickKit):
+    """The ticks a hook sees, with the window's facts set (the vLLM version for the plan)."""
 
     def __init__(self, facts: dict[str, Any]) -> None:
-        self.out = io.StringIO()
-        self.emitter = Emitter("text", stream=self.out)
-        self.window = SimpleNamespace(progress=SimpleNamespace(facts=facts))
-        self.thresholds = SimpleNamespace(gpu_spin_dram=0.05)
+        super().__init__(facts)
 
 
-def episodes(started_t: float) -> SimpleNamespace:
-    ep = SimpleNamespace(incident=None, incident_signature=None, capture_started_t=None,
-                         started_t=started_t)  # fmt: skip
-    return SimpleNamespace(episode=ep, writer=None, capture=None)
+def episodes(started_t: float) -> EpisodeHook:
+    """An episode hook (no capturer, no writer) with one episode open since `started_t`."""
+    hook = EpisodeHook()
+    hook.episode = Episode(started_t=started_t, started_wall=0.0)
+    return hook
 
 
 def obs(t: float, pid: int | None = None) -> Observation:
@@ -89,7 +90,7 @@ def test_an_unknown_vllm_version_gets_no_guessed_spelling(tmp_path: Path) -> Non
     daemon = FakeDaemon({})
     hook.episodes.episode.incident = tmp_path / "bundle"
     hook.episodes.episode.incident_signature = "trtllm_attention_deadlock"
-    hook.on_tick(obs(1.0), hang(), daemon)
+    hook.on_tick(daemon.tick(obs(1.0), hang()))
     time.sleep(0.2)
     assert restarter.calls == []
     assert "no plan: fallback disable_trtllm_attention cannot be applied" in daemon.out.getvalue()
@@ -224,23 +225,21 @@ def test_systemd_hook_writes_the_environment_file_and_restarts_once_per_episode(
     daemon = FakeDaemon({"vllm": "0.14.0"})
     t = 10.0
     for _ in range(2):  # two hang ticks in the same episode
-        hook.on_tick(obs(t), hang(), daemon)
+        hook.on_tick(daemon.tick(obs(t), hang()))
         t += 1
-    wait_for(lambda: hook._job is None or not hook._job.thread.is_alive())
-    hook.on_tick(obs(t), hang(), daemon)
+    wait_for(lambda: settled(hook))
+    hook.on_tick(daemon.tick(obs(t), hang()))
     assert log.read_text().splitlines() == ["restart vllm.service"]
     text = env_file.read_text()
     assert 'HANG_WATCHDOG_FALLBACK_ARGS="--attention-config.use_trtllm_attention=0"' in text
     assert "VLLM_WATCHDOG_FALLBACK=disable_trtllm_attention" in text
     assert metric(sink, "hang_watchdog_fallback_active", fallback="disable_trtllm_attention") == 1
     assert StateStore(cfg.state_dir).load().fallback_file == str(env_file)  # for `fallback clear`
-    eps.episode = SimpleNamespace(
-        incident=None, incident_signature=None, capture_started_t=None, started_t=50.0
-    )  # fmt: skip  (a new episode after recovery)
+    eps.episode = Episode(started_t=50.0, started_wall=0.0)  # a new episode after recovery
     for _ in range(3):  # the verifier times out (recover_within_s=1) on a new hang
         t += 1
-        hook.on_tick(obs(t), hang(), daemon)
-    wait_for(lambda: hook._job is None or not hook._job.thread.is_alive())
+        hook.on_tick(daemon.tick(obs(t), hang()))
+    wait_for(lambda: settled(hook))
     assert log.read_text().splitlines() == ["restart vllm.service"] * 2
     assert (
         metric(
@@ -251,6 +250,12 @@ def test_systemd_hook_writes_the_environment_file_and_restarts_once_per_episode(
         )
         == 1
     )
+
+
+def settled(hook: RemediationHook) -> bool:
+    """No restart thread running: watching, verifying, or the restarter's thread ended."""
+    m = hook.machine
+    return m.phase is not Phase.RESTARTING or not m.attempt.job.thread.is_alive()
 
 
 def wait_for(cond: Any, timeout: float = 30.0) -> None:
@@ -316,6 +321,8 @@ class RecordingRestarter:
 
     name = "recording"
 
+    env_file: str | None = None
+
     def __init__(self) -> None:
         self.calls: list[Any] = []
 
@@ -331,8 +338,10 @@ def make_hook(
         {"remediate": True, "state_dir": str(tmp_path / "st"), "cooldown_s": 0.0, **cfg}
     )
     restarter, sink = RecordingRestarter(), MetricsSink(SIGS.ids, version="test")
+    node = FleetLabels.resolve(config.deployment, config.node).node  # as the wiring names it
     hook = RemediationHook(config, SIGS, restarter=restarter, store=StateStore(config.state_dir),
-                           metrics=sink, episodes=episodes(1.0))  # fmt: skip
+                           metrics=sink, episodes=episodes(1.0),
+                           fleet=decider_for(config, node))  # fmt: skip
     return hook, restarter, sink
 
 
@@ -340,9 +349,9 @@ def test_low_confidence_does_not_act(tmp_path: Path) -> None:
     hook, restarter, sink = make_hook(tmp_path, remediate_min_confidence=0.9)
     daemon = FakeDaemon({"vllm": "0.14.0"})
     for t in range(3):
-        hook.on_tick(obs(float(t)), hang(confidence=0.7), daemon)
+        hook.on_tick(daemon.tick(obs(float(t)), hang(confidence=0.7)))
     time.sleep(0.2)
-    assert restarter.calls == [] and hook._job is None
+    assert restarter.calls == [] and hook.machine.phase is Phase.WATCHING
     assert "confidence 0.70 < remediate_min_confidence 0.90" in daemon.out.getvalue()
     assert (
         metric(
@@ -353,7 +362,9 @@ def test_low_confidence_does_not_act(tmp_path: Path) -> None:
         )
         == 1
     )
-    hook.on_tick(obs(4.0), hang(confidence=0.95), daemon)  # confidence rose in the same episode
+    hook.on_tick(
+        daemon.tick(obs(4.0), hang(confidence=0.95))
+    )  # confidence rose in the same episode
     wait_for(lambda: len(restarter.calls) == 1)
 
 
@@ -361,7 +372,7 @@ def test_dry_run_exports_the_plan_and_acts_on_nothing(tmp_path: Path) -> None:
     hook, restarter, sink = make_hook(tmp_path, dry_run=True, remediate=False)
     daemon = FakeDaemon({"vllm": "0.10.2"})
     for t in range(3):
-        hook.on_tick(obs(float(t), pid=os.getpid()), hang(), daemon)
+        hook.on_tick(daemon.tick(obs(float(t), pid=os.getpid()), hang()))
     time.sleep(0.2)
     assert restarter.calls == []
     assert (
@@ -396,12 +407,12 @@ def test_waits_for_the_incident_bundle_before_acting(tmp_path: Path) -> None:
     hook, restarter, _ = make_hook(tmp_path)
     hook.episodes.writer = SimpleNamespace(update_remediation=lambda path, rec: None)
     daemon = FakeDaemon({"vllm": "0.14.0"})
-    hook.on_tick(obs(1.0), hang(), daemon)
+    hook.on_tick(daemon.tick(obs(1.0), hang()))
     time.sleep(0.2)
     assert restarter.calls == []
     hook.episodes.episode.incident = tmp_path / "bundle"
     hook.episodes.episode.incident_signature = "trtllm_attention_deadlock"
-    hook.on_tick(obs(2.0), hang(), daemon)
+    hook.on_tick(daemon.tick(obs(2.0), hang()))
     wait_for(lambda: len(restarter.calls) == 1)
 
 

@@ -6,18 +6,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from tests.test_remediation import SIGS, hang
 from watchdog.config import ConfigError, build_config
+from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import make_plan
 from watchdog.remediation.restarters import RestartError, make_restarter
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAG = "--attention-config.use_trtllm_attention=0"
-NO_SUPERVISOR = SimpleNamespace(supervisor=None)
 
 
 def operator_script(tmp_path: Path) -> tuple[Path, Path]:
@@ -42,7 +41,7 @@ def test_command_restarter_expands_the_placeholders(tmp_path: Path) -> None:
     cfg = build_config({"restarter": "command", "fallback_file": str(env_file),
                         "restart_command": [str(script), "{signature}", "{fallback}", "{args}",
                                             "flags={args}", "--env-file={env_file}"]})  # fmt: skip
-    restarter = make_restarter(cfg, NO_SUPERVISOR)
+    restarter = make_restarter(cfg, None, child_environ)
     new = make_plan(hang(), SIGS, {"vllm": "0.14.0"}, {})
     old = make_plan(hang(), SIGS, {"vllm": "0.10.2"}, {})
     assert new is not None and old is not None
@@ -67,7 +66,7 @@ def test_command_restarter_failure_names_the_exit_code(
     assert plan is not None
     monkeypatch.setenv("RESTART_EXIT", "3")
     with pytest.raises(RestartError, match="exited 3"):
-        make_restarter(cfg, NO_SUPERVISOR).restart(plan, None)
+        make_restarter(cfg, None, child_environ).restart(plan, None)
 
 
 def test_an_unset_env_file_placeholder_is_a_config_error(tmp_path: Path) -> None:
@@ -76,13 +75,13 @@ def test_an_unset_env_file_placeholder_is_a_config_error(tmp_path: Path) -> None
     with pytest.raises(
         ConfigError, match=r"key 'restart_command': uses \{env_file\}.*fallback_file"
     ):
-        make_restarter(cfg, NO_SUPERVISOR)
+        make_restarter(cfg, None, child_environ)
 
 
 def test_the_example_fallback_path_is_the_shipped_one() -> None:
     cfg = build_config({"restarter": "systemd", "systemd_unit": "vllm.service"})
     with pytest.raises(ConfigError) as err:
-        make_restarter(cfg, NO_SUPERVISOR)
+        make_restarter(cfg, None, child_environ)
     shipped = "/var/lib/hang-watchdog/fallback.env"
     assert shipped in str(err.value)
     assert f'fallback_file = "{shipped}"' in (ROOT / "systemd" / "config.toml").read_text()

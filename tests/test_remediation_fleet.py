@@ -9,6 +9,7 @@ from pathlib import Path
 from tests.test_remediation import SIGS, FakeDaemon, hang, make_hook, metric, obs
 from watchdog.config import build_config
 from watchdog.remediation.deployment import Candidate, FleetDecider, fleet_block, pick
+from watchdog.remediation.machine import Phase
 
 
 def _cause(rank: int | None, waiting: tuple[int, ...] = ()):
@@ -41,9 +42,9 @@ def test_waiting_node_hook_reports_and_never_restarts(tmp_path: Path) -> None:
     hook, restarter, _ = make_hook(tmp_path, deployment="llama-405b", dry_run=False)
     daemon = FakeDaemon({"vllm": "0.14.0"})
     for t in range(3):
-        hook.on_tick(obs(float(t)), _cause(None, (0, 1)), daemon)
+        hook.on_tick(daemon.tick(obs(float(t)), _cause(None, (0, 1))))
     time.sleep(0.2)
-    assert restarter.calls == [] and hook._job is None
+    assert restarter.calls == [] and hook.machine.phase is Phase.WATCHING
     out = daemon.out.getvalue()
     assert out.count("the node that holds the root cause decides") == 1, out  # said once
 
@@ -154,9 +155,9 @@ def test_cause_node_hook_restarts_once(tmp_path: Path) -> None:
     assert metric(sink, "hang_watchdog_remediation_last_restart_timestamp_seconds") is None
     hook.fleet = FleetDecider(hook.cfg, "node-a", query=_answer(*TWO_CAUSES))
     daemon = FakeDaemon({"vllm": "0.14.0"})
-    hook.on_tick(obs(1.0), _cause(None, (0, 1)), daemon)  # stacks not in yet: no cause named
+    hook.on_tick(daemon.tick(obs(1.0), _cause(None, (0, 1))))  # stacks not in yet: no cause named
     assert restarter.calls == []
-    hook.on_tick(obs(2.0), _cause(1, (0,)), daemon)  # now the cause rank is on this node
+    hook.on_tick(daemon.tick(obs(2.0), _cause(1, (0,))))  # now the cause rank is on this node
     deadline = time.monotonic() + 10
     while not restarter.calls and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
+import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,13 +20,17 @@ from tests.test_remediation import (
     make_hook,
     metric,
     obs,
+    settled,
     wait_for,
 )
 from watchdog.config import ConfigError, build_config
+from watchdog.daemon.episodes import EpisodeHook
 from watchdog.outputs.emit import Emitter
 from watchdog.outputs.export import MetricsSink
+from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.factory import make_remediation_hook
 from watchdog.remediation.hook import RemediationHook
+from watchdog.remediation.machine import Phase
 from watchdog.remediation.plan import make_plan
 from watchdog.remediation.restarters import RestartJob
 from watchdog.remediation.state import RemediationState, StateStore
@@ -45,14 +48,14 @@ def test_a_hang_within_the_cooldown_restarts_once_the_cooldown_ends(tmp_path: Pa
                            episodes=episodes(1.0), wall=lambda: clock[0])  # fmt: skip
     daemon = FakeDaemon({"vllm": "0.14.0"})
     for t in range(5):  # the server is still hung; the cooldown counts down
-        hook.on_tick(obs(float(t)), hang(), daemon)
+        hook.on_tick(daemon.tick(obs(float(t)), hang()))
         clock[0] += 20
     assert restarter.calls == []
     out = daemon.out.getvalue()
     assert out.count("cooldown: last restart") == 1 and "10 s ago" in out  # reported once
     assert metric(sink, "hang_watchdog_remediations_total", action=ACTION, outcome="skipped") == 1
     clock[0] += 300  # past the cooldown, same episode, still hung
-    hook.on_tick(obs(6.0), hang(), daemon)
+    hook.on_tick(daemon.tick(obs(6.0), hang()))
     wait_for(lambda: len(restarter.calls) == 1)
     assert len(store.load().restarts) == 2
 
@@ -63,22 +66,23 @@ def test_no_restart_when_the_state_cannot_be_saved(tmp_path: Path) -> None:
     state_dir.write_text("")  # a regular file where the state directory should be
     daemon = FakeDaemon({"vllm": "0.14.0"})
     for t in range(3):
-        hook.on_tick(obs(float(t)), hang(), daemon)
-    assert restarter.calls == [] and hook._job is None
+        hook.on_tick(daemon.tick(obs(float(t)), hang()))
+    assert restarter.calls == [] and hook.machine.phase is Phase.WATCHING
     out = daemon.out.getvalue()
     assert out.count("not restarting: cannot save the remediation state to") == 1
     assert str(state_dir / "remediation.json") in out and f"make {state_dir} writable" in out
     assert metric(sink, "hang_watchdog_remediations_total", action=ACTION, outcome="failed") == 1
     assert hook.state.restarts == [] and hook.state.active is None  # nothing half-recorded
     state_dir.unlink()  # the operator fixes it; the same episode is reconsidered
-    hook.on_tick(obs(4.0), hang(), daemon)
+    hook.on_tick(daemon.tick(obs(4.0), hang()))
     wait_for(lambda: len(restarter.calls) == 1)
     assert len(StateStore(state_dir).load().restarts) == 1
 
 
-def built_stub() -> SimpleNamespace:
-    daemon = SimpleNamespace(emitter=Emitter("text"))
-    return SimpleNamespace(daemon=daemon, supervisor=None, metrics=None, episodes=None)
+def collaborators() -> dict[str, Any]:
+    """What the wiring passes the factory, for a daemon that supervises nothing."""
+    return {"episodes": EpisodeHook(), "event": Emitter("text").event, "supervisor": None,
+            "child_env": child_environ}  # fmt: skip
 
 
 @pytest.mark.parametrize("where", ["file_as_parent", "proc"])
@@ -90,12 +94,13 @@ def test_an_unwritable_state_dir_is_a_config_error_at_startup(tmp_path: Path, wh
         state_dir = "/proc/self"  # readable (no state file yet) but nothing can be created there
     values = {"restarter": "command", "restart_command": ["true"], "state_dir": state_dir}
     with pytest.raises(ConfigError, match="key 'state_dir'") as err:
-        make_remediation_hook(build_config({"remediate": True, **values}), SIGS, built_stub())
+        make_remediation_hook(build_config({"remediate": True, **values}), SIGS, **collaborators())
     assert state_dir in str(err.value)
     if where == "proc":
         assert "write" in str(err.value)
         # a dry run records nothing in the state, so it does not need it writable
-        hook = make_remediation_hook(build_config({"dry_run": True, **values}), SIGS, built_stub())
+        cfg = build_config({"dry_run": True, **values})
+        hook = make_remediation_hook(cfg, SIGS, **collaborators())
         assert hook is not None
 
 
@@ -147,6 +152,7 @@ class BrokenRestarter:
     """A restarter with a bug: it raises something other than RestartError."""
 
     name = "broken"
+    env_file: str | None = None
 
     def restart(self, plan: Any, target_pid: int | None) -> str:
         raise KeyError("boom")
@@ -155,19 +161,19 @@ class BrokenRestarter:
 def test_a_restarter_bug_ends_as_failed(tmp_path: Path) -> None:
     plan = make_plan(hang(), SIGS, {"vllm": "0.14.0"}, {})
     assert plan is not None
-    done = threading.Event()
-    job = RestartJob(BrokenRestarter(), plan, None, done.set)
+    job = RestartJob(BrokenRestarter(), plan, None)
+    job.start()
     job.thread.join(10)
-    assert done.is_set() and job.result is None and job.error == "KeyError: 'boom'"
+    assert not job.thread.is_alive() and job.result is None and job.error == "KeyError: 'boom'"
 
     cfg = build_config({"remediate": True, "state_dir": str(tmp_path / "st"), "cooldown_s": 0.0})
     sink = MetricsSink(SIGS.ids, version="test")
     hook = RemediationHook(cfg, SIGS, restarter=BrokenRestarter(), store=StateStore(cfg.state_dir),
                            metrics=sink, episodes=episodes(1.0))  # fmt: skip
     daemon = FakeDaemon({"vllm": "0.14.0"})
-    hook.on_tick(obs(1.0), hang(), daemon)
-    wait_for(lambda: hook._job is not None and not hook._job.thread.is_alive())
-    hook.on_tick(obs(2.0), hang(), daemon)
+    hook.on_tick(daemon.tick(obs(1.0), hang()))
+    wait_for(lambda: hook.machine.phase is Phase.RESTARTING and settled(hook))
+    hook.on_tick(daemon.tick(obs(2.0), hang()))
     assert "failed: restart failed: KeyError: 'boom'" in daemon.out.getvalue()
     assert "restarted: None" not in daemon.out.getvalue()
     assert metric(sink, "hang_watchdog_remediations_total", action=ACTION, outcome="failed") == 1
@@ -211,3 +217,18 @@ def test_a_restart_stamped_in_the_future_counts_from_now() -> None:
     state = RemediationState(restarts=[5_000.0])  # recorded before the clock was set back
     clamp_future(state, 1_000.0)
     assert gate(state, 1_000.0 + 601, cooldown_s=600, window_s=3600, max_restarts=3).blocked == ""
+
+
+def test_a_fallback_clear_while_running_is_picked_up(tmp_path: Path) -> None:
+    hook, restarter, sink = make_hook(tmp_path)
+    store = StateStore(tmp_path / "st")
+    store.save(RemediationState(exhausted=True, exhausted_reason="3 restarts"))
+    daemon = FakeDaemon({"vllm": "0.14.0"})
+    hook.on_tick(daemon.tick(obs(1.0), hang()))
+    assert restarter.calls == [] and "remediation exhausted (3 restarts)" in daemon.out.getvalue()
+    assert metric(sink, "hang_watchdog_remediation_exhausted") == 1
+    time.sleep(0.05)  # a later modification time than the first write's
+    store.save(RemediationState())  # what `hang-watchdog fallback clear` writes
+    hook.on_tick(daemon.tick(obs(2.0), hang()))  # the same episode, still hung
+    wait_for(lambda: len(restarter.calls) == 1)
+    assert metric(sink, "hang_watchdog_remediation_exhausted") == 0

@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from stackprocs.spawn import start_target, stop
 
+from tests.tickkit import TickKit
 from watchdog.core.model import Frame, ProcInfo, ThreadStack
 from watchdog.sources.stacks.capture import (
     CaptureResult,
@@ -292,16 +292,6 @@ def test_parse_dump_json_rejects_garbage() -> None:
     assert threads == (ThreadStack(7, "", (Frame("f", "a.py", 2, ""),), active=True),)
 
 
-class _Daemon:
-    """What EpisodeHook needs of the daemon: where finished dumps go."""
-
-    def __init__(self) -> None:
-        self.attached: list[tuple[Any, ...]] = []
-
-    def attach_stacks(self, stacks: tuple[Any, ...]) -> None:
-        self.attached.append(stacks)
-
-
 def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) -> None:
     from watchdog.core.classify import Context, Thresholds
     from watchdog.core.model import Observation, ProcSnapshot, Verdict
@@ -311,13 +301,13 @@ def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) 
     hook = EpisodeHook(capturer=StackCapturer(pyspy="/nonexistent/py-spy"))
     me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
     obs = Observation(t=1.0, wall=1.0, procs=ProcSnapshot(me.pid, True, (me,)))
-    daemon = _Daemon()
-    hook.on_tick(obs, Verdict(state="serving", suspicious=True), daemon)
+    daemon = TickKit()
+    hook.on_tick(daemon.tick(obs, Verdict(state="serving", suspicious=True)))
     assert hook.capture_warning and "py-spy not found" in hook.capture_warning
     deadline = time.monotonic() + 10
     while not daemon.attached and time.monotonic() < deadline:
         time.sleep(0.05)
-        hook.on_tick(obs, Verdict(state="serving", suspicious=True), daemon)
+        hook.on_tick(daemon.tick(obs, Verdict(state="serving", suspicious=True)))
     (sample,) = daemon.attached[0]
     assert sample.error and "py-spy not found" in sample.error
     window = Window()
@@ -349,21 +339,6 @@ def test_real_py_spy_stacks_name_the_signature(target: str, signature: str) -> N
     assert any(e.source == "stacks" and f"pid {proc.pid}" in e.detail for e in v.evidence)
 
 
-class _Progress:
-    last_progress_t: float | None = None
-
-
-class _Window:
-    def __init__(self) -> None:
-        self.progress = _Progress()
-
-
-class _DaemonWithWindow(_Daemon):
-    def __init__(self) -> None:
-        super().__init__()
-        self.window = _Window()
-
-
 def test_dumps_begun_before_the_server_moved_on_are_discarded(download_target) -> None:
     """A capture that started during a stall which then cleared shows a moment the server has
     left: it must not be attached as evidence, and a later stall takes new dumps."""
@@ -373,17 +348,17 @@ def test_dumps_begun_before_the_server_moved_on_are_discarded(download_target) -
     hook = EpisodeHook(capturer=StackCapturer(deadline_s=30.0, second_after_s=0.5))
     me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
     snap = ProcSnapshot(me.pid, True, (me,))
-    daemon = _DaemonWithWindow()
+    daemon = TickKit()
     suspicious = Verdict(state="serving", suspicious=True)
-    hook.on_tick(Observation(t=10.0, wall=10.0, procs=snap), suspicious, daemon)
+    hook.on_tick(daemon.tick(Observation(t=10.0, wall=10.0, procs=snap), suspicious))
     assert hook.episode is not None and hook.episode.capture_started_t == 10.0
     daemon.window.progress.last_progress_t = 11.0  # the batch finished while py-spy ran
     deadline = time.monotonic() + 60
     while hook.capturer.busy() and time.monotonic() < deadline:
         time.sleep(0.05)
-    hook.on_tick(Observation(t=12.0, wall=12.0, procs=snap), Verdict(state="serving"), daemon)
+    hook.on_tick(daemon.tick(Observation(t=12.0, wall=12.0, procs=snap), Verdict(state="serving")))
     assert daemon.attached == [] and hook.episode.capture_started_t is None
-    hook.on_tick(Observation(t=13.0, wall=13.0, procs=snap), suspicious, daemon)
+    hook.on_tick(daemon.tick(Observation(t=13.0, wall=13.0, procs=snap), suspicious))
     assert hook.episode.capture_started_t == 13.0  # stalled again: fresh dumps
 
 
@@ -397,30 +372,34 @@ def test_a_server_that_keeps_moving_on_is_not_dumped_back_to_back(download_targe
     hook = EpisodeHook(capturer=StackCapturer(deadline_s=30.0, second_after_s=-1))
     me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
     snap = ProcSnapshot(me.pid, True, (me,))
-    daemon = _DaemonWithWindow()
+    daemon = TickKit()
     suspicious = Verdict(state="serving", suspicious=True)
 
     def overtaken(t: float) -> None:
         """Capture at t; the server moves on while it runs; the result is read at t + 1."""
-        hook.on_tick(Observation(t=t, wall=t, procs=snap), suspicious, daemon)
+        hook.on_tick(daemon.tick(Observation(t=t, wall=t, procs=snap), suspicious))
         assert hook.episode is not None and hook.episode.capture_started_t == t
         daemon.window.progress.last_progress_t = t + 0.5
         deadline = time.monotonic() + 60
         while hook.capturer.busy() and time.monotonic() < deadline:
             time.sleep(0.05)
-        hook.on_tick(Observation(t=t + 1, wall=t + 1, procs=snap), Verdict(state="serving"), daemon)
+        hook.on_tick(
+            daemon.tick(Observation(t=t + 1, wall=t + 1, procs=snap), Verdict(state="serving"))
+        )
 
     overtaken(10.0)  # first discard: the next tick may capture at once
     overtaken(12.0)  # second discard at t=13: nothing before 13 + CAPTURE_BACKOFF_S
     for t in (14.0, 13.0 + CAPTURE_BACKOFF_S - 0.5):
-        hook.on_tick(Observation(t=t, wall=t, procs=snap), suspicious, daemon)
+        hook.on_tick(daemon.tick(Observation(t=t, wall=t, procs=snap), suspicious))
         assert hook.episode.capture_started_t is None, t
     overtaken(13.0 + CAPTURE_BACKOFF_S)  # third discard: the wait doubles
     later = 14.0 + CAPTURE_BACKOFF_S
-    hook.on_tick(Observation(t=later + CAPTURE_BACKOFF_S, wall=0, procs=snap), suspicious, daemon)
+    hook.on_tick(
+        daemon.tick(Observation(t=later + CAPTURE_BACKOFF_S, wall=0, procs=snap), suspicious)
+    )
     assert hook.episode.capture_started_t is None
     at = later + 2 * CAPTURE_BACKOFF_S
-    hook.on_tick(Observation(t=at, wall=at, procs=snap), suspicious, daemon)
+    hook.on_tick(daemon.tick(Observation(t=at, wall=at, procs=snap), suspicious))
     assert hook.episode.capture_started_t == at
     assert daemon.attached == []
 

@@ -17,6 +17,7 @@ import pytest
 
 from tests.test_remediation import SIGS, hang, wait_for
 from watchdog.daemon.supervise import Supervisor
+from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import make_plan
 from watchdog.remediation.restarters import SuperviseRestarter
 
@@ -102,7 +103,7 @@ def test_the_supervise_restarter_leaves_no_worker_behind(tmp_path: Path) -> None
         plan = make_plan(hang(), SIGS, {"vllm": "0.14.0"}, {})
         assert plan is not None
         old = sup.pid
-        result = SuperviseRestarter(sup, grace_s=1.0).restart(plan, old)
+        result = SuperviseRestarter(sup, grace_s=1.0, child_env=child_environ).restart(plan, old)
         assert gone(worker) and sup.pid != old and "started it again" in result
     finally:
         cleanup(sup, worker)
@@ -128,7 +129,7 @@ def test_a_restart_in_flight_at_shutdown_does_not_start_a_new_server() -> None:
     )
     first = sup.start()
     wait_for(ready.exists)  # SIGTERM is ignored from here on
-    restarter = SuperviseRestarter(sup, grace_s=1.0)
+    restarter = SuperviseRestarter(sup, grace_s=1.0, child_env=child_environ)
     outcome: dict[str, object] = {}
 
     def restart() -> None:

@@ -109,19 +109,13 @@ def test_retention_runs_before_the_write(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_a_full_disk_does_not_block_a_restart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from watchdog.daemon.episodes import Episode
-    from watchdog.remediation.hook import RemediationHook
+    from watchdog.daemon.episodes import Episode, EpisodeHook
 
-    class Episodes:
-        writer = object()
-        capture = None
-        episode = Episode(started_t=1.0, started_wall=2.0, write_failures=1)
-
-    hook = RemediationHook.__new__(RemediationHook)
-    hook.episodes = Episodes()
-    assert hook._episode_key() == ("episode", 1.0)
-    Episodes.episode.write_failures = 0
-    assert hook._episode_key() is None  # still waiting for the bundle
+    episodes = EpisodeHook(writer=object())
+    episodes.episode = Episode(started_t=1.0, started_wall=2.0, write_failures=1)
+    assert episodes.evidence_key() == ("episode", 1.0)  # what remediation waits for
+    episodes.episode.write_failures = 0
+    assert episodes.evidence_key() is None  # still waiting for the bundle
 
 
 def test_logging_stays_quiet_when_the_disk_stays_full(

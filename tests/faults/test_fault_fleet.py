@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_remediation import FakeDaemon, hang, make_hook, obs
+from watchdog.remediation.machine import Phase
 
 pytestmark = pytest.mark.slow
 
@@ -97,11 +98,11 @@ def test_a_broken_fleet_prometheus_never_restarts_nor_stalls(
     t = 0.0
     while time.monotonic() - began < 8:  # past the 3 s query deadline, twice
         tick = time.monotonic()
-        hook.on_tick(obs(t), cause, daemon)
+        hook.on_tick(daemon.tick(obs(t), cause))
         slowest = max(slowest, time.monotonic() - tick)
         t += 0.2
         time.sleep(0.2)
-    assert restarter.calls == [] and hook._job is None
+    assert restarter.calls == [] and hook.machine.phase is Phase.WATCHING
     assert slowest < 0.5, f"a tick waited {slowest:.2f} s on Prometheus"
     assert prom.requests >= 1
     hook.fleet.wait(6)  # the query thread ends at its deadline, even against a trickle

@@ -179,6 +179,9 @@ class Observation:
         default_factory=dict
     )  # environment facts, e.g. {"flashinfer": "0.6.7"}
     sources: dict[str, bool] = field(default_factory=dict)  # source name -> up
+    # Log lines the log source left unparsed since the watchdog started, by reason (only
+    # reasons that occurred): the metrics hook exports the increases.
+    log_skipped: dict[str, int] = field(default_factory=dict)
     # NCCL's own view (sources/nccl_ras.py): the latest RAS result, None when not queried.
     nccl_ras: dict[str, Any] | None = None
 

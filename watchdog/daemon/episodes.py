@@ -7,12 +7,13 @@ and closes once the server is healthy again for a few ticks or restarts under a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from watchdog.core.model import Observation, StackSample, Verdict
+from watchdog.core.tick import Tick
 
 log = logging.getLogger("hang_watchdog.episodes")
 
@@ -70,16 +71,17 @@ class EpisodeHook:
         self._checked_pid: int | None = None
         self.capture_warning: str | None = None  # why stack capture cannot work, said up front
 
-    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
+    def on_tick(self, tick: Tick) -> None:
+        obs, verdict = tick.obs, tick.verdict
         # Stacks collected now reach the window with the next observation: write the incident
         # then, so its verdict carries the stack evidence.
-        fresh_stacks = self._collect_capture(daemon, obs.t)
-        self._check_capture(obs, daemon)
+        fresh_stacks = self._collect_capture(tick)
+        self._check_capture(obs)
         troubled = verdict.suspicious or verdict.is_hang or verdict.state == "stalled"
         if obs.procs is not None and obs.procs.restarted:
             if self.episode is not None:
                 self._ended(
-                    self.episode, "restarted", "the server came back under a new process", daemon
+                    self.episode, "restarted", "the server came back under a new process", tick
                 )
             self.episode = None
         if self.episode is None:
@@ -99,14 +101,45 @@ class EpisodeHook:
             if ep.healthy_ticks >= self.close_after_ticks:
                 self.episode = None
                 moved = f"the server moved on by itself ({verdict.state}: {verdict.reason})"
-                self._ended(ep, "recovered_on_its_own", moved, daemon)
+                self._ended(ep, "recovered_on_its_own", moved, tick)
                 return
         if troubled:
             self._maybe_capture(obs, ep)
         if not fresh_stacks and self._wants_incident(obs, verdict, ep):
-            self._write(obs, verdict, ep, daemon)
+            self._write(tick, ep)
 
-    def _ended(self, ep: Episode, outcome: str, detail: str, daemon: Any) -> None:
+    # -- the evidence remediation waits for (remediation/collaborators.py Evidence) ---------
+    def evidence_key(self) -> Hashable | None:
+        """The current episode once its evidence is on disk; None while still waiting."""
+        ep = self.episode
+        if ep is None:
+            return None
+        if self.writer is not None:
+            if ep.incident is not None and ep.incident_signature:
+                return ep.incident
+            if ep.write_failures:
+                # The bundle cannot be written (disk full, read-only): waiting for it would
+                # block every restart; the verdict on stderr is the evidence then.
+                return ("episode", ep.started_t)
+            return None
+        if ep.capture_started_t is not None and self.capture is None:
+            return None  # stacks still being taken
+        return ("episode", ep.started_t)
+
+    def incident(self) -> Path | None:
+        """The current episode's bundle, once written."""
+        return self.episode.incident if self.episode is not None else None
+
+    def record_remediation(self, bundle: Path, record: dict[str, Any]) -> None:
+        """Note in `bundle` what remediation did (best effort: the restart goes on)."""
+        if self.writer is None:
+            return
+        try:
+            self.writer.update_remediation(bundle, dict(record))
+        except (OSError, ValueError) as exc:
+            log.error("could not record the remediation in %s: %s", bundle, exc)
+
+    def _ended(self, ep: Episode, outcome: str, detail: str, tick: Tick) -> None:
         """An episode that reached stalled or hung ended: count it, say it, note it in its
         bundle. A soft stall that ends by itself is common (real servers go silent and recover:
         syv-ai/qwen38-27b-rtx3090#107), so it is recorded, never remediated."""
@@ -116,7 +149,7 @@ class EpisodeHook:
             self.metrics.episode(outcome)
         what = ep.worst_signature or ep.worst
         message = f"{what} episode ended: {outcome}; {detail}"
-        daemon.emitter.event(
+        tick.event(
             "episode", message, outcome=outcome, stage=ep.worst, signature=ep.worst_signature
         )
         if ep.incident is not None and self.writer is not None:
@@ -125,7 +158,7 @@ class EpisodeHook:
             except (OSError, ValueError) as exc:
                 log.warning("could not record the outcome in %s: %s", ep.incident, exc)
 
-    def _check_capture(self, obs: Observation, daemon: Any) -> None:
+    def _check_capture(self, obs: Observation) -> None:
         """Once per server process: say at once when py-spy will not be able to dump it
         (missing, no CAP_SYS_PTRACE, another PID namespace), not first during a hang."""
         pid = obs.procs.target_pid if obs.procs is not None and obs.procs.alive else None
@@ -137,7 +170,7 @@ class EpisodeHook:
         if not ok:
             log.warning("stack capture will not work for pid %d: %s", pid, why)
 
-    def _collect_capture(self, daemon: Any, now: float) -> bool:
+    def _collect_capture(self, tick: Tick) -> bool:
         if self.capturer is None:
             return False
         result = self.capturer.poll()
@@ -145,9 +178,8 @@ class EpisodeHook:
             return False
         if self.metrics is not None:
             self.metrics.stack_capture(result.result)
-        ep = self.episode
-        window = getattr(daemon, "window", None)
-        moved = window.progress.last_progress_t if window is not None else None
+        ep, now = self.episode, tick.obs.t
+        moved = tick.window.progress.last_progress_t
         started = ep.capture_started_t if ep is not None else None
         if ep is not None and started is not None and moved is not None and moved > started:
             # Dumps begun before the server moved on show a moment it has left: not evidence
@@ -169,7 +201,7 @@ class EpisodeHook:
             # Nothing was dumped (py-spy missing, no Python process): the verdict must still
             # say why its stack evidence is absent.
             samples = (StackSample(pid=0, title="stack capture", error=result.reason),)
-        daemon.attach_stacks(samples)
+        tick.attach_stacks(samples)
         log.info("stack capture finished: %s %s", result.result, result.reason)
         return True
 
@@ -199,12 +231,13 @@ class EpisodeHook:
         waiting = ep.capture_started_t is not None and self.capture is None
         return not (waiting and obs.t - ep.capture_started_t < self.capture_wait_s)  # type: ignore[operator]
 
-    def _write(self, obs: Observation, verdict: Verdict, ep: Episode, daemon: Any) -> None:
+    def _write(self, tick: Tick, ep: Episode) -> None:
         from watchdog.outputs.incident import Incident
 
+        obs, verdict = tick.obs, tick.verdict
         incident = Incident(
             verdict=verdict,
-            observations=list(daemon.window),
+            observations=list(tick.window),
             capture=self.capture,
             log_tail=list(self.log_tail()),
             environment=self.environment(obs),
@@ -222,12 +255,10 @@ class EpisodeHook:
                     f"retrying in {delay:.0f} s, the verdict above is the evidence meanwhile"
                 )
                 log.error("%s", msg)
-                daemon.emitter.event("incident", msg)
+                tick.event("incident", msg)
             return
         ep.incident, ep.incident_signature = path, verdict.signature
         self.incidents.append(path)
         if self.metrics is not None:
             self.metrics.incident(verdict.signature or "stalled")
-        daemon.emitter.event(
-            "incident", f"wrote {path}", path=str(path), signature=verdict.signature
-        )
+        tick.event("incident", f"wrote {path}", path=str(path), signature=verdict.signature)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from watchdog.config import Config
 from watchdog.core.classify import Thresholds, classify
@@ -27,9 +27,10 @@ from watchdog.core.model import (
     Verdict,
 )
 from watchdog.core.signatures import SignatureSet
+from watchdog.core.tick import Hook, Tick
 from watchdog.core.window import Window
 from watchdog.outputs.emit import Emitter
-from watchdog.sources.base import Source, Tick
+from watchdog.sources.base import Source, SourceTick
 from watchdog.sources.deadline import DeadlineCall
 
 log = logging.getLogger("hang_watchdog.daemon")
@@ -40,13 +41,8 @@ PARTS = frozenset(f.name for f in dataclasses.fields(Observation)) - {
     "wall",
     "stacks",
     "sources",
+    "log_skipped",
 }
-
-
-class Hook(Protocol):
-    """Something that reacts to each tick (episodes/incidents, remediation, metrics, notify)."""
-
-    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Daemon) -> None: ...
 
 
 class Polled:
@@ -65,7 +61,7 @@ class Polled:
             )
         )
 
-    def poll(self, tick: Tick) -> Any:
+    def poll(self, tick: SourceTick) -> Any:
         """The source's part this tick; None past the deadline (the source marked down) or when
         it raised (a source bug must not stop the loop: marked down too)."""
         try:
@@ -140,9 +136,15 @@ class Daemon:
         """Stack dumps that finished in the background go into the next observation."""
         self._pending_stacks = stacks
 
+    def _log_skipped(self) -> dict[str, int]:
+        """The log source's running skip counts (reasons that occurred), for the metrics hook."""
+        logs = self.source("logs")
+        skipped: dict[str, int] = getattr(logs, "skipped", None) or {}
+        return {k: n for k, n in skipped.items() if n}
+
     def observe(self) -> Observation:
         """One tick's snapshot of every source; a failing source contributes nothing."""
-        tick = Tick()
+        tick = SourceTick()
         parts: dict[str, Any] = {}
         for polled in self._polled:
             got = polled.poll(tick)
@@ -163,12 +165,13 @@ class Daemon:
             },
             stacks=self._pending_stacks,
             sources={s.name: bool(s.health.up) for s in self.sources if s.health.reported},
+            log_skipped=self._log_skipped(),
         )
         self._pending_stacks = ()
         self._injected = []
         return obs
 
-    def _server_gpus(self, gpus: Sequence[GpuSample], tick: Tick) -> tuple[GpuSample, ...]:
+    def _server_gpus(self, gpus: Sequence[GpuSample], tick: SourceTick) -> tuple[GpuSample, ...]:
         """Only the watched server's GPUs count (gpuscope.py); say when the choice changes."""
         if tick.environ is not None:
             self._server_environ = tick.environ  # keep the last one seen: the target may be gone
@@ -204,9 +207,10 @@ class Daemon:
         self.verdict = verdict
         if old is None or old.state != verdict.state or old.signature != verdict.signature:
             self.emitter.state_change(old.state if old else None, verdict)
+        ctx = self._tick(obs, verdict)
         for hook in self.hooks:
             try:
-                hook.on_tick(obs, verdict, self)
+                hook.on_tick(ctx)
             except Exception:  # last resort: a sink must never stop the watching
                 self.stats.errors += 1
                 log.exception("hook %s failed; the loop carries on", type(hook).__name__)
@@ -215,6 +219,22 @@ class Daemon:
         # The whole iteration, hooks included; the exporter reports it on the next tick.
         self.stats.last_duration_s = self.stats.last_loop_end - start
         return verdict
+
+    def _tick(self, obs: Observation, verdict: Verdict) -> Tick:
+        """What the hooks see of this iteration: no handle on the daemon itself."""
+        return Tick(
+            obs=obs,
+            verdict=verdict,
+            window=self.window,
+            thresholds=self.thresholds,
+            clock=self.clock,
+            event=self.emitter.event,
+            inject=self.inject,
+            attach_stacks=self.attach_stacks,
+            # The previous iteration's full duration (this one is still running its hooks).
+            last_loop_s=self.stats.last_duration_s if self.stats.iterations else None,
+            lag_s=self.stats.last_lag_s,
+        )
 
     def run(
         self,

@@ -17,7 +17,8 @@ from watchdog.config import Config, ConfigError
 from watchdog.configcheck import check_stale_after, check_watchdog_interval
 from watchdog.core.model import Observation
 from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.daemon.loop import Daemon, Hook
+from watchdog.core.tick import Hook
+from watchdog.daemon.loop import Daemon
 from watchdog.daemon.supervise import Supervisor
 from watchdog.outputs.emit import Emitter
 from watchdog.sources.base import Source
@@ -233,23 +234,12 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         fleet=FleetLabels.resolve(cfg.deployment, cfg.node),
     )
     built.metrics = sink
-    logs = built.daemon.source("logs")
-    if logs is not None:
-        logs.on_skip = sink.log_lines_skipped
-    built.daemon.hooks.append(_MetricsHook(sink))
+    from watchdog.outputs.metrics_hook import MetricsHook
+
+    built.daemon.hooks.append(MetricsHook(sink))  # log skips reach it in each Observation
     if addr is not None:
         check_stale_after(cfg, built.daemon.worst_tick_s())
         built.server = MetricsServer(sink, cfg.metrics_addr)
-
-
-class _MetricsHook:
-    def __init__(self, sink: Any) -> None:
-        self.sink = sink
-
-    def on_tick(self, obs: Observation, verdict: Any, daemon: Daemon) -> None:
-        # The previous iteration's full duration (this one is still running its hooks).
-        seconds = daemon.stats.last_duration_s if daemon.stats.iterations else None
-        self.sink.observe(obs, verdict, seconds, lag_seconds=daemon.stats.last_lag_s)
 
 
 def _episodes(cfg: Config, built: Built) -> None:
@@ -338,9 +328,25 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
 def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
     if not (cfg.remediate or cfg.dry_run or cfg.canary):
         return  # factory's own rule for "no hook"; not importing it saves about 1 MiB RSS
-    from watchdog.remediation.factory import make_remediation_hook
+    from watchdog.outputs.fleet import FleetLabels
+    from watchdog.outputs.sdnotify import child_environ
+    from watchdog.remediation.factory import make_canary, make_remediation_hook
 
-    hook: Hook | None = make_remediation_hook(cfg, sigs, built)
+    canary: Hook | None = make_canary(cfg)
+    if canary is not None:
+        built.daemon.hooks.append(canary)
+    engine = built.engine
+    hook: Hook | None = make_remediation_hook(
+        cfg,
+        sigs,
+        episodes=built.episodes,
+        event=built.daemon.emitter.event,
+        supervisor=built.supervisor,
+        child_env=child_environ,
+        metrics=built.metrics,
+        engine=lambda: engine.profile if engine is not None else None,
+        node=FleetLabels.resolve(cfg.deployment, cfg.node).node,
+    )
     if hook is not None:
         built.daemon.hooks.append(hook)
 
@@ -353,23 +359,6 @@ def _notify(built: Built) -> None:
     if interval is not None:
         check_watchdog_interval(built.daemon.cfg, built.daemon.worst_tick_s(), interval)
     if notifier.enabled:
-        built.daemon.hooks.append(_NotifyHook(notifier))
+        from watchdog.outputs.notify_hook import NotifyHook
 
-
-class _NotifyHook:
-    """READY=1 after the first complete loop, STATUS= on state changes, WATCHDOG=1 per loop."""
-
-    def __init__(self, notifier: Any) -> None:
-        self.notifier = notifier
-        self.ready = False
-        self.state: str | None = None
-
-    def on_tick(self, obs: Observation, verdict: Any, daemon: Daemon) -> None:
-        status = f"{verdict.state}" + (f": {verdict.signature}" if verdict.signature else "")
-        if not self.ready:
-            self.notifier.ready(status)
-            self.ready = True
-        elif verdict.state != self.state:
-            self.notifier.status(status)
-        self.state = verdict.state
-        self.notifier.watchdog()
+        built.daemon.hooks.append(NotifyHook(notifier))

@@ -193,7 +193,7 @@ class MetricsSink(Collector):
             self._captures[result] += 1
 
     def log_lines_skipped(self, reason: str, count: int) -> None:
-        """Count log lines the log source left unparsed (LogSource's on_skip hook)."""
+        """Count log lines the log source left unparsed (outputs/metrics_hook.py MetricsHook)."""
         if reason not in LOG_SKIP_REASONS:
             raise ValueError(f"log skip reason {reason!r} is not one of {LOG_SKIP_REASONS}")
         with self._lock:

@@ -2,7 +2,7 @@
 `max_tokens: 1` completion; no answer within the timeout means it is wedged while idle.
 
 Never under load: only in the `idle` state (no work pending). TGI and NVIDIA Dynamo do the
-same internally (domain.md, "Canary requests"; rwlove/home-ops #14030).
+same internally (rwlove/home-ops #14030).
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 
-from watchdog.core.model import LogEvent, Observation, Verdict
+from watchdog.core.model import LogEvent
+from watchdog.core.tick import Tick
 
 log = logging.getLogger("hang_watchdog.remediation")
 
@@ -41,8 +42,9 @@ class CanaryHook:
         self._thread: threading.Thread | None = None
         self._result: str | None = None
 
-    def on_tick(self, obs: Observation, verdict: Verdict, daemon: Any) -> None:
-        self._collect(daemon)
+    def on_tick(self, tick: Tick) -> None:
+        self._collect(tick)
+        obs, verdict = tick.obs, tick.verdict
         if verdict.state != "idle":
             self.idle_since = None
             return
@@ -70,12 +72,12 @@ class CanaryHook:
         except httpx.HTTPError as exc:
             self._result = f"error: {type(exc).__name__}: {exc}"
 
-    def _collect(self, daemon: Any) -> None:
+    def _collect(self, tick: Tick) -> None:
         if self._thread is None or self._thread.is_alive():
             return
         result, self._thread, self._result = self._result or "error: no result", None, None
         self.results.append(result)
-        daemon.inject(
+        tick.inject(
             LogEvent(
                 kind="canary",
                 line=f"canary completion: {result}",
@@ -89,9 +91,9 @@ class CanaryHook:
                 f"{self.timeout_s:.0f} s: treat it as stalled (wedged while idle)"
             )
             log.warning("canary: %s", msg)
-            daemon.emitter.event("canary", msg, outcome="stalled", url=self.url)
+            tick.event("canary", msg, outcome="stalled", url=self.url)
         elif result != "ok":
-            daemon.emitter.event("canary", f"canary request failed: {result}", outcome="error")
+            tick.event("canary", f"canary request failed: {result}", outcome="error")
 
 
 def _served_model(client: httpx.Client, url: str) -> str | None:

@@ -246,6 +246,13 @@ class FleetDecider:
         return float(result[0]["value"][1]) if result else None
 
 
+def decider_for(cfg: Config, node: str) -> FleetDecider | None:
+    """The cause mode's decider for this node of a deployment (None outside cause mode)."""
+    if not cfg.deployment or cfg.fleet_remediation != "cause":
+        return None
+    return FleetDecider(cfg, node)
+
+
 def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 

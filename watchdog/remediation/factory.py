@@ -1,14 +1,22 @@
-"""Builds the remediation hook from the config: the restarter, the persisted state, the canary."""
+"""Builds the remediation hook and the canary from the config: the restarter, the state."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from watchdog.config import Config, ConfigError
 from watchdog.core.signatures import SignatureSet
+from watchdog.core.tick import EventSink
+from watchdog.remediation.collaborators import Evidence, RemediationMetrics
+
+if TYPE_CHECKING:  # the default daemon must not import the hooks (httpx, psutil, threads)
+    from watchdog.engines.profile import EngineProfile
+    from watchdog.remediation.canary import CanaryHook
+    from watchdog.remediation.hook import RemediationHook
+    from watchdog.remediation.restarters import EnvFilter, Supervised
 
 log = logging.getLogger("hang_watchdog.remediation")
 
@@ -28,27 +36,43 @@ def incident_dir(cfg: Config) -> str | None:
     return path
 
 
-def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
-    """The hook for `cfg` (None when remediation, dry run and canary are all off)."""
-    if not (cfg.remediate or cfg.dry_run or cfg.canary):
+def make_canary(cfg: Config) -> CanaryHook | None:
+    """The idle canary hook for `cfg` (None when `canary` is off)."""
+    if not cfg.canary:
         return None
-    # Imported here: the default daemon (all three off) reads incident_dir() from this module
-    # and must not load the hooks, or httpx through the canary and the smoke test.
+    if not cfg.server_url:
+        raise ConfigError("key 'canary': needs server_url (the server's OpenAI-compatible API)")
+    # Imported here: the default daemon must not load httpx through the canary.
     from watchdog.remediation.canary import CanaryHook
+
+    return CanaryHook(cfg.server_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s)
+
+
+def make_remediation_hook(
+    cfg: Config,
+    sigs: SignatureSet,
+    *,
+    episodes: Evidence,
+    event: EventSink,
+    supervisor: Supervised | None,
+    child_env: EnvFilter,
+    metrics: RemediationMetrics | None = None,
+    engine: Callable[[], EngineProfile | None] = lambda: None,
+    node: str = "",
+) -> RemediationHook | None:
+    """The hook for `cfg` (None when remediation and dry run are both off). `node` names this
+    host in a deployment (outputs/fleet.py FleetLabels); `child_env` strips what a supervised
+    child must not inherit (outputs/sdnotify.py child_environ)."""
+    if not (cfg.remediate or cfg.dry_run):
+        return None
+    # Imported here: the default daemon (both off) reads incident_dir() from this module
+    # and must not load the hook, or httpx through the smoke test.
+    from watchdog.remediation.deployment import decider_for
     from watchdog.remediation.hook import RemediationHook
     from watchdog.remediation.limits import CLEAR_HINT
     from watchdog.remediation.restarters import SuperviseRestarter, make_restarter
     from watchdog.remediation.state import StateError, StateStore
 
-    canary = None
-    if cfg.canary:
-        if not cfg.server_url:
-            raise ConfigError("key 'canary': needs server_url (the server's OpenAI-compatible API)")
-        canary = CanaryHook(
-            cfg.server_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s
-        )
-    if not (cfg.remediate or cfg.dry_run):
-        return canary
     check_overrides(cfg.fallback_overrides, sigs)
     store = StateStore(cfg.state_dir)
     try:
@@ -64,28 +88,23 @@ def make_remediation_hook(cfg: Config, sigs: SignatureSet, built: Any) -> Any:
                 f"({exc.strerror or exc}); remediation must record each restart before it "
                 "acts: make it a directory the watchdog can write, or set state_dir elsewhere"
             ) from exc
-    restarter = make_restarter(cfg, built)
+    restarter = make_restarter(cfg, supervisor, child_env)
     if isinstance(restarter, SuperviseRestarter) and state.active and acts(cfg):
         restarter.apply_at_start(state.active)
-        built.daemon.emitter.event(
+        event(
             "remediation",
             f"fallback still active: {','.join(state.active.get('fallbacks') or [])}; {CLEAR_HINT}",
             outcome="active",
         )
-
-    def busy(on: bool) -> None:
-        built.restarting = on
-
     return RemediationHook(
         cfg,
         sigs,
         restarter=restarter,
         store=store,
-        metrics=built.metrics,
-        episodes=built.episodes,
-        busy=busy,
-        canary=canary,
-        engine=getattr(built, "engine", None),
+        metrics=metrics,
+        episodes=episodes,
+        engine=engine,
+        fleet=decider_for(cfg, node),
     )
 
 

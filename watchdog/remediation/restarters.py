@@ -19,8 +19,6 @@ from typing import Any, Protocol
 import psutil
 
 from watchdog.config import Config, ConfigError
-from watchdog.daemon.supervise import StopError
-from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import Plan
 from watchdog.remediation.state import atomic_write
 
@@ -42,7 +40,12 @@ class RestartError(RuntimeError):
 class Restarter(Protocol):
     """Restarts the server with a plan's arguments and environment."""
 
-    name: str  # restarters that write a fallback file also have `env_file`
+    name: str
+
+    @property
+    def env_file(self) -> str | None:
+        """The fallback file it writes (None: it writes none)."""
+        ...
 
     def restart(self, plan: Plan, target_pid: int | None) -> str: ...
 
@@ -83,17 +86,38 @@ def write_env_file(path: str | Path, plan: Plan | None) -> Path:
     return target
 
 
+class Supervised(Protocol):
+    """The child the watchdog supervises (daemon/supervise.py Supervisor)."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+    def stop(self, grace_s: float = 30.0) -> int | None:
+        """Stop the whole tree; RuntimeError (StopError) when it survives."""
+        ...
+
+    def start(
+        self, extra_args: Sequence[str] = (), extra_env: Mapping[str, str] | None = None
+    ) -> int:
+        """Start it again; RuntimeError when it cannot be started."""
+        ...
+
+
+EnvFilter = Callable[[Mapping[str, str]], dict[str, str]]
+
+
 class SuperviseRestarter:
     """`run -- COMMAND`: stop the child's whole tree, start it again with the fallback."""
 
     name = "supervise"
     env_file: str | None = None  # the watchdog applies the fallback itself
 
-    def __init__(self, supervisor: Any, grace_s: float) -> None:
+    def __init__(self, supervisor: Supervised, grace_s: float, child_env: EnvFilter) -> None:
         self.sup = supervisor
         self.grace_s = grace_s
-        # vLLM must not inherit NOTIFY_SOCKET and ping systemd as if it were the watchdog.
-        self.sup.env = child_environ(self.sup.env)
+        # vLLM must not inherit NOTIFY_SOCKET and ping systemd as if it were the watchdog:
+        # `child_env` is outputs/sdnotify.py child_environ, passed in by the wiring.
+        self.sup.env = child_env(self.sup.env)
         self.base_argv = list(self.sup.argv)
         self.base_env = dict(self.sup.env)
 
@@ -109,7 +133,7 @@ class SuperviseRestarter:
     def restart(self, plan: Plan, target_pid: int | None) -> str:
         try:
             code = self.sup.stop(self.grace_s)  # the whole tree, workers included
-        except StopError as exc:
+        except RuntimeError as exc:  # daemon/supervise.py StopError
             raise RestartError(str(exc)) from exc
         self.sup.argv, self.sup.env = list(self.base_argv), dict(self.base_env)
         try:
@@ -251,15 +275,15 @@ class CommandRestarter:
         return f"ran {' '.join(argv)}"
 
 
-def make_restarter(cfg: Config, built: Any) -> Restarter:
+def make_restarter(cfg: Config, supervisor: Supervised | None, child_env: EnvFilter) -> Restarter:
     """The restarter `cfg.restarter` names; ConfigError when its settings are missing."""
     if cfg.restarter == "supervise":
-        if built.supervisor is None:
+        if supervisor is None:
             raise ConfigError(
                 "key 'restarter': 'supervise' needs `run -- COMMAND`; for a server you attach "
                 "to, use systemd, kubernetes or command"
             )
-        return SuperviseRestarter(built.supervisor, cfg.stop_grace_s)
+        return SuperviseRestarter(supervisor, cfg.stop_grace_s, child_env)
     if cfg.restarter in ("systemd", "kubernetes") and not cfg.fallback_file:
         raise ConfigError(
             f"key 'fallback_file': restarter {cfg.restarter!r} needs the file the server reads "
@@ -278,11 +302,10 @@ def make_restarter(cfg: Config, built: Any) -> Restarter:
 
 
 class RestartJob:
-    """One restart in a background thread: the daemon loop never waits on a stop grace."""
+    """One restart in a background thread (begun by `start`): the daemon loop never waits on
+    a stop grace."""
 
-    def __init__(
-        self, restarter: Restarter, plan: Plan, pid: int | None, done: Callable[[], None]
-    ) -> None:
+    def __init__(self, restarter: Restarter, plan: Plan, pid: int | None) -> None:
         self.result: str | None = None
         self.error: str | None = None
 
@@ -294,8 +317,8 @@ class RestartJob:
             except Exception as exc:  # a bug or an unexpected failure must still end as failed
                 log.exception("restarter %s raised", restarter.name)
                 self.error = f"{type(exc).__name__}: {exc}"
-            finally:
-                done()
 
         self.thread = threading.Thread(target=work, name="hang-watchdog-restart", daemon=True)
+
+    def start(self) -> None:
         self.thread.start()

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from watchdog.core.model import Observation, Verdict
+from watchdog.core.window import Progress
 
 SMOKE_PROMPT = "Reply with one word: ok"
 UP_STATES = frozenset({"starting", "loading", "compiling", "idle", "serving"})
@@ -112,7 +113,7 @@ class Verifier:
         # refused while it boots reads as engine_dead); only the deadline judges that stretch.
         self.came_up = False
 
-    def step(self, obs: Observation, verdict: Verdict, progress: Any) -> Outcome | None:
+    def step(self, obs: Observation, verdict: Verdict, progress: Progress) -> Outcome | None:
         """None while undecided; an Outcome once decided."""
         if verdict.state in UP_STATES:
             self.came_up = True
@@ -135,11 +136,10 @@ class Verifier:
             return self._done("not_recovered", why)
         return None
 
-    def _note(self, obs: Observation, verdict: Verdict, progress: Any) -> None:
-        last = getattr(progress, "last_progress_t", None)
-        what = getattr(progress, "last_progress_what", "")
+    def _note(self, obs: Observation, verdict: Verdict, progress: Progress) -> None:
+        last, what = progress.last_progress_t, progress.last_progress_what
         serving = verdict.state == "serving"
-        ready_idle = verdict.state == "idle" and getattr(progress, "phase", "") == "ready"
+        ready_idle = verdict.state == "idle" and progress.phase == "ready"
         if not ready_idle:
             self.idle_since = None
         elif self.idle_since is None:
@@ -153,7 +153,7 @@ class Verifier:
     def _dram_ok(self) -> bool:
         return self.max_dram is None or self.max_dram > self.spin_dram
 
-    def _ready(self, t: float, verdict: Verdict, progress: Any) -> str:
+    def _ready(self, t: float, verdict: Verdict, progress: Progress) -> str:
         if len(self.progress_times) >= 2 and self._dram_ok():
             dram = "" if self.max_dram is None else f", DRAM up to {self.max_dram:.2f}"
             return f"serving: progress advanced {len(self.progress_times)} times{dram}"

@@ -59,7 +59,7 @@ class SourceHealth:
 
 
 @dataclass
-class Tick:
+class SourceTick:
     """What sources polled earlier in one tick hand to later ones: the procs source (first in
     the list) sets the target and its tree, the facts source the target's environment.
 
@@ -98,7 +98,7 @@ class Source(Protocol):
 
     def deadline(self, tick_s: float) -> Deadline: ...
 
-    def poll(self, tick: Tick) -> Any: ...
+    def poll(self, tick: SourceTick) -> Any: ...
 
     def close(self) -> None: ...
 

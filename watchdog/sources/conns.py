@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from watchdog.core.model import Connection
-from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.procenv import read_environ
 
 log = logging.getLogger("hang_watchdog.sources.conns")
@@ -254,7 +254,7 @@ class ConnSource:
     def deadline(self, tick_s: float) -> Deadline:
         return proc_deadline(tick_s)
 
-    def poll(self, tick: Tick | None = None) -> tuple[Connection, ...]:
+    def poll(self, tick: SourceTick | None = None) -> tuple[Connection, ...]:
         """The CDN sockets of the target's tree this tick (`tick` from the procs source).
 
         The target's environment names extra CDN hosts; the facts source has read it already

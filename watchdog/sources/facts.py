@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from watchdog.core.redact import relevant_environ
 from watchdog.sources import pyenv
-from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.procenv import read_cmdline, read_server_environ
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ class FactsSource:
     def deadline(self, tick_s: float) -> Deadline:
         return proc_deadline(tick_s)
 
-    def poll(self, tick: Tick | None = None) -> dict[str, Any]:
+    def poll(self, tick: SourceTick | None = None) -> dict[str, Any]:
         """The facts known so far for the tick's target; {} when there is none.
 
         The target's environment goes into `tick` for the connection source and the GPU

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
-from watchdog.sources.base import Deadline, SourceHealth, Tick
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 from watchdog.sources.rasreport import (
     RasComm,
     RasError,
@@ -168,7 +168,7 @@ class RasSource:
         """Inline: a poll only reads the latest result; the query thread has its own deadline."""
         return Deadline(0.0, inline=True)
 
-    def poll(self, tick: Tick | None = None) -> dict[str, Any]:
+    def poll(self, tick: SourceTick | None = None) -> dict[str, Any]:
         """The latest result (never blocks); starts a query when one is due."""
         now = self._clock()
         with self._lock:

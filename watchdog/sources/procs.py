@@ -26,7 +26,7 @@ import psutil
 
 from watchdog.core.model import ProcInfo, ProcSnapshot
 from watchdog.engines.detect import EngineRef
-from watchdog.sources.base import Deadline, SourceHealth, Tick, proc_deadline
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 
 # A live child with one of these names means a JIT build is running (not a hang).
 COMPILERS = frozenset({"nvcc", "ninja", "cicc", "ptxas", "cc1plus"})
@@ -197,7 +197,7 @@ class ProcSource:
     def deadline(self, tick_s: float) -> Deadline:
         return proc_deadline(tick_s)
 
-    def poll(self, tick: Tick | None = None) -> ProcSnapshot:
+    def poll(self, tick: SourceTick | None = None) -> ProcSnapshot:
         """One snapshot of the target and its descendants; a live target and its tree go into
         `tick` for the sources polled after this one.
 

@@ -16,7 +16,7 @@ from watchdog.core.model import ServerSample
 from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
 from watchdog.engines.profile import EngineProfile, MetricSample
-from watchdog.sources.base import Deadline, SourceHealth, Tick, scrape_deadline
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
 from watchdog.sources.httpget import BodyTooLarge, HttpGet
 from watchdog.sources.tcpdiag import DiagUnavailable, PendingRequest, unanswered
 
@@ -203,7 +203,7 @@ class ServerSource:
     def deadline(self, tick_s: float) -> Deadline:
         return scrape_deadline(self.timeout_s, 2)  # /metrics, then /health
 
-    def poll(self, tick: Tick | None = None) -> ServerSample:
+    def poll(self, tick: SourceTick | None = None) -> ServerSample:
         """One scrape of /metrics then /health (skipped when the server is unreachable)."""
         profile = self._profile()
         sample, reachable = self._scrape_metrics(profile)

@@ -16,7 +16,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.base import Deadline, SourceHealth, Tick, scrape_deadline
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
 
 # Profiling (DCP) fields are ratios 0-1; DEV utilisation fields are percent 0-100 (domain.md s.4).
 SM_PROF = "DCGM_FI_PROF_SM_ACTIVE"
@@ -131,7 +131,7 @@ class DcgmSource:
     def deadline(self, tick_s: float) -> Deadline:
         return scrape_deadline(self._timeout_s, 1)
 
-    def poll(self, tick: Tick | None = None) -> tuple[GpuSample, ...]:
+    def poll(self, tick: SourceTick | None = None) -> tuple[GpuSample, ...]:
         """Every GPU dcgm-exporter reports now; () while down."""
         if self._client is None:
             # trust_env=False: a pod's HTTP(S)_PROXY is for egress, not for the node-local

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.base import Deadline, SourceHealth, Tick
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 
 log = logging.getLogger("hang_watchdog.sources.gpu.file")
 
@@ -75,7 +75,7 @@ class GpuFileSource:
         # A FIFO or a hung network mount at the path blocks open() or read() for ever.
         return Deadline(3.0, hint="a FIFO or a hung network mount at the GPU file?")
 
-    def poll(self, tick: Tick | None = None) -> tuple[GpuSample, ...]:
+    def poll(self, tick: SourceTick | None = None) -> tuple[GpuSample, ...]:
         """The newest sample of each GPU; () while down (no file, nothing yet, or stale)."""
         try:
             self._follow()

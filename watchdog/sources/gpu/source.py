@@ -18,7 +18,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from watchdog.core.model import GpuSample
-from watchdog.sources.base import Deadline, SourceHealth, Tick
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 from watchdog.sources.deadline import Worker
 from watchdog.sources.gpu.backend import FabricInfo, GpuBackend, GpuError
 from watchdog.sources.gpu.file import GpuFileSource
@@ -66,7 +66,7 @@ class GpuSource:
         """Inline: the worker bounds each call; a poll is at most an init and a read."""
         return Deadline(2 * self._deadline_s, inline=True)
 
-    def poll(self, tick: Tick | None = None) -> tuple[GpuSample, ...]:
+    def poll(self, tick: SourceTick | None = None) -> tuple[GpuSample, ...]:
         """Every GPU now; () while down. Never raises, never blocks past the deadline."""
         if not self._settle_pending() or not self._ensure_init():
             return ()
@@ -187,7 +187,7 @@ class NullGpuSource:
     def deadline(self, tick_s: float) -> Deadline:
         return Deadline(0.0, inline=True)
 
-    def poll(self, tick: Tick | None = None) -> tuple[GpuSample, ...]:
+    def poll(self, tick: SourceTick | None = None) -> tuple[GpuSample, ...]:
         return ()
 
     def close(self) -> None:

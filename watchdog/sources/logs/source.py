@@ -17,7 +17,7 @@ from typing import BinaryIO, Protocol
 
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
-from watchdog.sources.base import Deadline, SourceHealth, Tick
+from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 from watchdog.sources.logs.parse import LogPatterns, clean_line, parse_line
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text, tail_lines
 from watchdog.sources.logs.split import Block, BlockSplitter, count_eols
@@ -207,8 +207,8 @@ class LogSource:
     the parser's or the keep pattern's literal keys are decoded and parsed, within
     `budget_s` per poll; what the budget left is carried to the next poll, never dropped
     (`skipped["budget"]` stays for the metric's label). Lines a reader dropped or jumped over
-    are counted by reason in `skipped`, logged, and passed to `on_skip` (the daemon exports
-    them as hang_watchdog_log_lines_skipped_total).
+    are counted by reason in `skipped` (each Observation carries them: the metrics hook
+    exports hang_watchdog_log_lines_skipped_total), logged, and passed to `on_skip` if set.
     """
 
     part = "logs"
@@ -264,7 +264,7 @@ class LogSource:
             hint="a FIFO or a hung network mount at the log path, or a flood of lines?",
         )
 
-    def poll(self, tick: Tick | None = None) -> tuple[LogEvent, ...]:
+    def poll(self, tick: SourceTick | None = None) -> tuple[LogEvent, ...]:
         """The events parsed from all lines that arrived since the last poll."""
         events: list[LogEvent] = []
         errors: list[str] = []

@@ -1,0 +1,43 @@
+"""What a hook sees of one loop iteration: the observation, the verdict, and narrow callbacks
+into the loop, instead of the whole daemon (so outputs and remediation never import daemon/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from watchdog.core.classify import Thresholds
+from watchdog.core.model import LogEvent, Observation, StackSample, Verdict
+from watchdog.core.window import Window
+
+
+class EventSink(Protocol):
+    """Says one operator event (the emitter's `event`): kind, a sentence, structured fields."""
+
+    def __call__(self, kind: str, message: str, **fields: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One iteration, as handed to each hook; the window is for reading only."""
+
+    obs: Observation
+    verdict: Verdict
+    window: Window
+    thresholds: Thresholds
+    clock: Callable[[], float]  # the loop's monotonic clock
+    event: EventSink
+    # An event a hook observed itself (the idle canary's answer) joins the next observation.
+    inject: Callable[[LogEvent], None]
+    # Stack dumps that finished in the background join the next observation as evidence.
+    attach_stacks: Callable[[tuple[StackSample, ...]], None]
+    last_loop_s: float | None = None  # the previous iteration's full duration; None before it
+    lag_s: float = 0.0  # how late this iteration started against its schedule
+
+
+class Hook(Protocol):
+    """Something that reacts to each tick (episodes, remediation, canary, metrics, notify)."""
+
+    def on_tick(self, tick: Tick) -> None: ...
