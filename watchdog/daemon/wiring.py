@@ -312,6 +312,7 @@ def _incident_root(path: str, *, defaulted: bool = False) -> Path:
 
 def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
     from watchdog.outputs.incident import build_environment
+    from watchdog.sources.pyenv import COMMON, PACKAGES
 
     gpu = daemon.sources.gpu
     driver = None
@@ -322,7 +323,11 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
             driver = None
     target = obs.procs.target_pid if obs.procs is not None else None
     env = build_environment(
-        target_pid=target, gpus=obs.gpus, facts=daemon.window.progress.facts, driver=driver
+        target_pid=target,
+        gpus=obs.gpus,
+        facts=daemon.window.progress.facts,
+        driver=driver,
+        engine_packages=tuple(p for p in PACKAGES if p not in COMMON),
     )
     # replay re-classifies with the thresholds this daemon used
     env["watchdog"] = {"version": __version__, "thresholds": dataclasses.asdict(daemon.thresholds)}

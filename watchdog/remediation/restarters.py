@@ -19,8 +19,6 @@ from typing import Any, Protocol
 import psutil
 
 from watchdog.config import Config, ConfigError
-from watchdog.daemon.supervise import StopError
-from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import Plan
 from watchdog.remediation.state import atomic_write
 
@@ -92,8 +90,6 @@ class SuperviseRestarter:
     def __init__(self, supervisor: Any, grace_s: float) -> None:
         self.sup = supervisor
         self.grace_s = grace_s
-        # vLLM must not inherit NOTIFY_SOCKET and ping systemd as if it were the watchdog.
-        self.sup.env = child_environ(self.sup.env)
         self.base_argv = list(self.sup.argv)
         self.base_env = dict(self.sup.env)
 
@@ -109,7 +105,7 @@ class SuperviseRestarter:
     def restart(self, plan: Plan, target_pid: int | None) -> str:
         try:
             code = self.sup.stop(self.grace_s)  # the whole tree, workers included
-        except StopError as exc:
+        except RuntimeError as exc:  # the supervisor's StopError: part of the tree survived
             raise RestartError(str(exc)) from exc
         self.sup.argv, self.sup.env = list(self.base_argv), dict(self.base_env)
         try:
