@@ -3,22 +3,27 @@ restarters, and the hook's safety rules (low confidence, dry run, once per episo
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
+from tests.fakes import (
+    SIGS,
+    FakeDaemon,
+    episodes,
+    hang,
+    make_hook,
+    metric,
+    obs,
+    wait_for,
+)
 from watchdog.commands import fallback as fallback_cli
 from watchdog.config import build_config
-from watchdog.core.model import Observation, ProcSnapshot, Verdict
-from watchdog.core.signatures import load_signatures
-from watchdog.outputs.emit import Emitter
 from watchdog.outputs.export import MetricsSink
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.limits import Gate, gate
@@ -30,44 +35,6 @@ from watchdog.remediation.restarters import (
     write_env_file,
 )
 from watchdog.remediation.state import RemediationState, StateError, StateStore
-
-SIGS = load_signatures()
-
-
-def hang(sig: str = "trtllm_attention_deadlock", confidence: float = 0.95) -> Verdict:
-    s = SIGS.get(sig)
-    assert s is not None
-    return Verdict(state="hung", signature=sig, confidence=confidence, fallback=s.fallback)
-
-
-def metric(sink: MetricsSink, name: str, **labels: str) -> float | None:
-    for family in sink.collect():
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return None
-
-
-class FakeDaemon:
-    """Just what the hook reads from the daemon: emitter, window facts and thresholds."""
-
-    def __init__(self, facts: dict[str, Any]) -> None:
-        self.out = io.StringIO()
-        self.emitter = Emitter("text", stream=self.out)
-        self.window = SimpleNamespace(progress=SimpleNamespace(facts=facts))
-        self.thresholds = SimpleNamespace(gpu_spin_dram=0.05)
-
-
-def episodes(started_t: float) -> SimpleNamespace:
-    ep = SimpleNamespace(incident=None, incident_signature=None, capture_started_t=None,
-                         started_t=started_t)  # fmt: skip
-    return SimpleNamespace(episode=ep, writer=None, capture=None)
-
-
-def obs(t: float, pid: int | None = None) -> Observation:
-    procs = ProcSnapshot(alive=True, target_pid=pid) if pid else None
-    return Observation(t=t, wall=time.time(), procs=procs)
-
 
 # -- plan ---------------------------------------------------------------------------------
 
@@ -253,13 +220,6 @@ def test_systemd_hook_writes_the_environment_file_and_restarts_once_per_episode(
     )
 
 
-def wait_for(cond: Any, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.05)
-
-
 SIGTERM_RECORDER = """
 import signal, sys, time
 def on_term(*_):
@@ -309,31 +269,6 @@ def test_terminate_a_gone_pid_and_unsafe_values_are_refused(tmp_path: Path) -> N
 
 
 # -- hook safety --------------------------------------------------------------------------
-
-
-class RecordingRestarter:
-    """A restarter that only records calls (used where the test is about *not* acting)."""
-
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.calls: list[Any] = []
-
-    def restart(self, plan: Any, target_pid: int | None) -> str:
-        self.calls.append((plan, target_pid))
-        return "recorded"
-
-
-def make_hook(
-    tmp_path: Path, **cfg: Any
-) -> tuple[RemediationHook, RecordingRestarter, MetricsSink]:
-    config = build_config(
-        {"remediate": True, "state_dir": str(tmp_path / "st"), "cooldown_s": 0.0, **cfg}
-    )
-    restarter, sink = RecordingRestarter(), MetricsSink(SIGS.ids, version="test")
-    hook = RemediationHook(config, SIGS, restarter=restarter, store=StateStore(config.state_dir),
-                           metrics=sink, episodes=episodes(1.0))  # fmt: skip
-    return hook, restarter, sink
 
 
 def test_low_confidence_does_not_act(tmp_path: Path) -> None:

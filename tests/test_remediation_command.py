@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.test_remediation import SIGS, hang
+from tests.fakes import SIGS, hang
 from watchdog.config import ConfigError, build_config
 from watchdog.remediation.plan import make_plan
 from watchdog.remediation.restarters import RestartError, make_restarter
