@@ -2,6 +2,6 @@
 
 `factory.make_remediation_hook` is the entry point the wiring calls; `plan` chooses the fallback,
 `state` persists counters and the active fallback, `restarters` act per deployment shape,
-`verify` decides recovered / not_recovered, `canary` probes an idle server, `cli` is
-`hang-watchdog fallback show|clear`.
+`verify` decides recovered / not_recovered, `canary` probes an idle server;
+`hang-watchdog fallback show|clear` is watchdog/commands/fallback.py.
 """

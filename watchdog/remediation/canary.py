@@ -2,7 +2,7 @@
 `max_tokens: 1` completion; no answer within the timeout means it is wedged while idle.
 
 Never under load: only in the `idle` state (no work pending). TGI and NVIDIA Dynamo do the
-same internally (domain.md, "Canary requests"; rwlove/home-ops #14030).
+same internally (rwlove/home-ops #14030).
 """
 
 from __future__ import annotations
