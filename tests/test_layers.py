@@ -25,10 +25,8 @@ SKIPPED = ("sim/flashinfer", "sim/torch_stub")
 FORBIDDEN: dict[str, frozenset[str]] = {
     "outputs": frozenset({"daemon", "sources", "commands"}),
     "remediation": frozenset({"daemon", "sources", "commands"}),
-    "sources": frozenset({"outputs", "daemon", "remediation", "commands"}),
-    "engines": frozenset({"sources", "outputs", "daemon", "remediation", "commands"}),
+    "sources": frozenset({"outputs", "commands"}),
     "daemon": frozenset({"commands"}),
-    "preflight": frozenset({"commands", "daemon"}),
 }
 MUTABLE_CALLS = frozenset(
     {"list", "dict", "set", "bytearray", "defaultdict", "deque", "Counter", "OrderedDict"}
