@@ -1,4 +1,4 @@
-"""Verdicts under faults (issue 11.14): a stopped server is named as such, and a /health that
+"""Verdicts under faults: a stopped server is named as such, and a /health that
 flaps is not a dead engine each time it answers 503."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Malformed config and signature files give a clear error and exit 2, never a traceback
-(issue 11.13). Each case is run through the real CLI."""
+"""Malformed config and signature files give a clear error and exit 2, never a traceback.
+Each case is run through the real CLI."""
 
 from __future__ import annotations
 

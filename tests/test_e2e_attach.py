@@ -20,6 +20,8 @@ import pytest
 from tests import simfixtures
 from tests.simfixtures import SimHandle, sim_env
 
+pytestmark = pytest.mark.slow  # real watchdog and simulator processes
+
 sim_factory = simfixtures.sim_factory  # fixtures, used by name
 cdn_factory = simfixtures.cdn_factory
 

@@ -47,7 +47,7 @@ def test_a_server_silent_for_40_s_that_serves_again_recovered_on_its_own(tmp_pat
     """Supervise mode with --remediate: the engine goes silent for 40 s with requests running
     (the GPU idle, no cause to prove), then serves again. `stalled`, then the episode ends as
     `recovered_on_its_own`: counted, never restarted."""
-    from tests.test_remediation_e2e import Watchdog
+    from tests.fakes import Watchdog
 
     wd = Watchdog(
         tmp_path, "healthy", {"vllm": "0.14.0"}, "--remediate",

@@ -160,7 +160,7 @@ FALLBACKS = {
 def test_supervise_restarts_a_first_batch_cubin_stall_with_the_fallback_and_sees_it_serve(
     tmp_path: Path, cdn_factory: Callable[[str], int], engine: str
 ) -> None:
-    from tests.test_remediation_e2e import Watchdog, remediation_record
+    from tests.fakes import Watchdog, remediation_record
 
     versions, flag = FALLBACKS[engine]
     cdn = cdn_factory("blackhole")

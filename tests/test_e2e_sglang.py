@@ -96,7 +96,7 @@ def test_sglang_remediation_restarts_with_its_attention_backend_and_recovers(
 ) -> None:
     """Supervise mode: TRTLLM attention deadlock on GB300 + FlashInfer 0.6.7, under SGLang:
     the restart appends `--attention-backend flashinfer` and the server makes progress again."""
-    from tests.test_remediation_e2e import Watchdog, remediation_record
+    from tests.fakes import Watchdog, remediation_record
 
     versions = {"sglang": "0.5.23", "flashinfer-python": "0.6.7"}
     wd = Watchdog(

@@ -15,16 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from tests import simfixtures
+from tests.fakes import SHORT, SIM, workdir
 from tests.simfixtures import SimHandle, sim_env
+
+pytestmark = pytest.mark.slow  # real watchdog and simulator processes
 
 sim_factory = simfixtures.sim_factory  # fixture, used by name
 
-SHORT = ["--stall-after-s", "6", "--suspect-after-s", "3", "--stack-second-after-s", "1"]
 SHORT += ["--gpu-spin-for-s", "4"]
 DEADLINE_S = 120.0  # generous: a loaded 2-core machine must not fail a run that works
-SIM = [sys.executable, "-m", "watchdog.sim.vllm_sim"]
 
 
 class Watchdog:
@@ -93,13 +95,6 @@ class Watchdog:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=10)
-
-
-def workdir(tmp_path: Path) -> Path:
-    """A scratch directory for a supervised sim (it must exist before the sim starts)."""
-    path = tmp_path / "simwork"
-    path.mkdir(exist_ok=True)
-    return path
 
 
 def gone(pid: int) -> bool:

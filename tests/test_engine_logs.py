@@ -221,7 +221,8 @@ def _cost(line: str) -> float:
 
 
 def test_every_pattern_is_linear_in_the_line_length() -> None:
-    # Issue 11.1 shapes (`it [` guard, optional `\d+` before the stats text) and one per family.
+    # Shapes that made the old patterns backtrack (`it [` guard, optional `\d+` before the stats
+    # text) and one per family.
     shapes = (
         ("edit it [x] ", "word "),
         ("", "1"),

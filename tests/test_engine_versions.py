@@ -7,6 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from tests.fakes import ENGINE_PACKAGES
 from tests.obsbuilder import Timeline, final, frozen_bar, procs, spin
 from watchdog.core.model import GpuSample, Verdict
 from watchdog.core.signatures import load_signatures
@@ -62,6 +63,7 @@ def test_bundle_carries_the_engine_version(tmp_path: Path) -> None:
         gpus=(GpuSample(0, name="NVIDIA B200", cc="10.0"),),
         facts=SGLANG_FACTS,
         driver="580.65.06",
+        engine_packages=ENGINE_PACKAGES,
     )
     assert env["engine"] == {"name": "sglang", "version": "0.5.23"}
     # The engine's installed distributions; no `vllm None` line in an SGLang bundle.
@@ -87,14 +89,24 @@ def test_bundle_carries_the_engine_version(tmp_path: Path) -> None:
 def test_operator_engine_package_is_in_the_bundle() -> None:
     facts = {"engine": "acme", "engine_package": "acme-serve", "engine_version": "1.2.3"}
     env = build_environment(
-        target_pid=None, gpus=(), facts={**facts, "acme-serve": "1.2.3"}, driver=None
+        target_pid=None,
+        gpus=(),
+        facts={**facts, "acme-serve": "1.2.3"},
+        driver=None,
+        engine_packages=ENGINE_PACKAGES,
     )
     assert env["engine"] == {"name": "acme", "version": "1.2.3"}
     assert env["versions"]["acme-serve"] == "1.2.3"
 
 
 def test_bundle_without_an_engine_says_so(tmp_path: Path) -> None:
-    env = build_environment(target_pid=None, gpus=(), facts={"vllm": "0.11.0"}, driver=None)
+    env = build_environment(
+        target_pid=None,
+        gpus=(),
+        facts={"vllm": "0.11.0"},
+        driver=None,
+        engine_packages=ENGINE_PACKAGES,
+    )
     assert env["engine"] is None and env["versions"]["vllm"] == "0.11.0"
     path = IncidentWriter(tmp_path / "inc").write(
         Incident(Verdict(state="stalled"), [], None, [], env, 1_760_000_000.0)

@@ -7,37 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import GOOD
 from watchdog.engines.detect import EngineRef, detect_engine
 from watchdog.engines.loader import EngineError, load_engines
 from watchdog.sim.trtllm_launch import launcher_argv
 from watchdog.sources.logs.parse import LogPatterns, parse_line
-
-GOOD = """
-schema = 1
-[[engine]]
-name = "acme"
-title = "Acme Serve"
-[engine.detect]
-cmdline = ['acme-serve']
-[[engine.role]]
-role = "worker"
-title = '^acme::gpu(?P<rank>\\d+)$'
-[engine.metrics]
-path = "/stats"
-sample = [
-  { name = "acme_steps_total", field = "iterations", type = "counter" },
-  { name = "acme_queue", field = "waiting", type = "gauge" },
-]
-[engine.health]
-path = "/ping"
-answers = { 500 = "dead" }
-[[engine.log.rule]]
-kind = "stats"
-needle = "acme step "
-pattern = 'acme step (?P<iteration>\\d+) queue=(?P<waiting>\\d+)'
-types = { iteration = "int", waiting = "int" }
-set = { stepped = true }
-"""
 
 
 def write(tmp_path: Path, text: str) -> Path:

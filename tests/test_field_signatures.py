@@ -429,7 +429,7 @@ def test_live_real_eager_launch_dump_is_never_the_graph_replay_spin(
 
 
 def test_nccl_2289_warns_on_any_gpu_and_the_fix_passes(sigs: SignatureSet) -> None:
-    from tests.test_preflight import inventory
+    from tests.fakes import inventory
     from watchdog.preflight.checks_versions import check_known_bad
 
     inv = inventory("12.1")  # GB10 (DGX Spark), as in vllm #52504
@@ -446,7 +446,7 @@ def test_preflight_reads_the_packages_known_bad_entries_name(tmp_path: Path) -> 
     import os
     import sys
 
-    from tests.test_pyenv import write_dist
+    from tests.fakes import write_dist
     from watchdog.preflight.runner import PreflightOptions, read_versions
 
     write_dist(tmp_path / "site", "nvidia-nccl-cu12", "2.21.5")

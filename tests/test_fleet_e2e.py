@@ -25,8 +25,8 @@ import pytest
 import yaml
 
 from tests import simfixtures
+from tests.fakes import fleet_dashboard_exprs
 from tests.simfixtures import SimHandle, sim_env, stop_process
-from tests.test_fleet_rules import fleet_dashboard_exprs
 
 sim_factory = simfixtures.sim_factory  # fixtures, used by name
 cdn_factory = simfixtures.cdn_factory

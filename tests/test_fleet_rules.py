@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fakes import FLEET_DASHBOARD, ROOT
 from watchdog.outputs.metrics_table import METRICS
 
-ROOT = Path(__file__).resolve().parent.parent
 FLEET = ROOT / "prometheus" / "fleet.yml"
 FLEET_TESTS = ROOT / "prometheus" / "fleet_test.yml"
 ALERTMANAGER = ROOT / "prometheus" / "alertmanager.yml"
 DOC = ROOT / "docs" / "fleet.md"
-FLEET_DASHBOARD = ROOT / "grafana" / "hang-watchdog-fleet-dashboard.json"
 
 
 def _tool(name: str) -> str:
@@ -85,18 +84,6 @@ def test_rules_use_only_exported_series_and_have_runbooks() -> None:
             page = f"docs/runbooks/{rule['alert'].lower()}.md"
             assert rule["annotations"]["runbook_url"] == page
             assert (ROOT / page).is_file(), page
-
-
-def fleet_dashboard_exprs() -> list[tuple[str, str]]:
-    """(panel title, PromQL) of the fleet dashboard, with its variable as Grafana expands All."""
-    import json
-
-    dash = json.loads(FLEET_DASHBOARD.read_text())
-    return [
-        (p["title"], t["expr"].replace("$deployment", ".+"))
-        for p in dash["panels"]
-        for t in p.get("targets", [])
-    ]
 
 
 def test_fleet_dashboard_shape_and_series() -> None:

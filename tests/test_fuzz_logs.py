@@ -1,6 +1,6 @@
 """Property tests for the log-line parser: any line gives an event or None, never an
 exception, and no line shape makes it slower than linear (one logged prompt must not freeze
-the loop: issue 11.1)."""
+the loop)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_arbitrary_text_is_an_event_or_none(line: str) -> None:
     assert event is None or isinstance(event, LogEvent)
 
 
-# Line shapes that made the old patterns backtrack (issue 11.1): a logged prompt with a
+# Line shapes that made the old patterns backtrack: a logged prompt with a
 # tqdm-like guard and many words, stats-like text, and long digit and bracket runs.
 HOSTILE = {
     "bar_guard_then_words": lambda n: "edit it [x] " + "word " * n,

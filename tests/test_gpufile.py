@@ -234,7 +234,7 @@ def test_deeply_nested_json_is_one_bad_line(tmp_path: Path, clock: FakeClock) ->
     src.close()
 
 
-# -- lies a GPU file can tell (issue 11.7) ---------------------------------------------------
+# -- lies a GPU file can tell ---------------------------------------------------------------
 
 
 def test_a_gpu_that_goes_silent_is_dropped_not_frozen(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from stackprocs.spawn import start_target, stop
 
+from tests.fakes import ENGINE_PACKAGES
 from watchdog.core.model import (
     Evidence,
     GpuSample,
@@ -93,6 +94,7 @@ def _incident(pid: int, capture: CaptureResult | None, tail: list[str] | None = 
         gpus=(GpuSample(0, uuid="GPU-1", name="NVIDIA GB300", cc="10.3"),),
         facts={"vllm": "0.11.0", "flashinfer-python": "0.6.7", "torch": "2.9.0", "token": HF},
         driver="580.65.06",
+        engine_packages=ENGINE_PACKAGES,
     )
     log_tail = tail if tail is not None else [f"HF_TOKEN={HF}\n", "flashinfer.jit: Fetching x\n"]
     return Incident(VERDICT, _observations(pid), capture, log_tail, env, 1_760_000_000.0)
@@ -256,6 +258,7 @@ def test_environment_reports_what_it_could_not_read(tmp_path: Path) -> None:
         gpus=(),
         facts={"versions": {"flashinfer": "0.6.7.post2"}},
         driver=None,
+        engine_packages=ENGINE_PACKAGES,
         proc_root=str(tmp_path),
     )
     assert env["versions"]["flashinfer-python"] == "0.6.7.post2"
@@ -272,7 +275,12 @@ def test_an_exited_server_keeps_what_was_read_while_it_ran(tmp_path: Path) -> No
         "server_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "FLASHINFER_CUBIN_DIR": "/c"},
     }
     env = build_environment(
-        target_pid=999_999_999, gpus=(), facts=facts, driver=None, proc_root=str(tmp_path)
+        target_pid=999_999_999,
+        gpus=(),
+        facts=facts,
+        driver=None,
+        engine_packages=ENGINE_PACKAGES,
+        proc_root=str(tmp_path),
     )
     assert env["cmdline"][:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "s3cret" not in json.dumps(env["cmdline"])
@@ -290,6 +298,11 @@ def test_a_retitled_servers_fragments_do_not_replace_the_kept_environment(tmp_pa
     (proc / "environ").write_bytes(b"ngine_DP0\0VLLM_CPU\0")  # setproctitle's leftovers
     kept = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     env = build_environment(
-        target_pid=42, gpus=(), facts={"server_env": kept}, driver=None, proc_root=str(tmp_path)
+        target_pid=42,
+        gpus=(),
+        facts={"server_env": kept},
+        driver=None,
+        engine_packages=ENGINE_PACKAGES,
+        proc_root=str(tmp_path),
     )
     assert env["env"] == kept and env["cmdline"] == ["VLLM::APIServer"] and env["errors"] == []

@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.fakes import STANDIN, install_journalctl
 from watchdog.sources.logs.journal import JournalReader
-
-# The stand-in records its argv, prints what $STANDIN_OUT holds, then follows (sleeps) or exits.
-STANDIN = """#!{python}
-import json, os, sys, time
-with open(os.environ["STANDIN_ARGV"], "a") as f:
-    f.write(json.dumps(sys.argv[1:]) + "\\n")
-sys.stdout.buffer.write(open(os.environ["STANDIN_OUT"], "rb").read())
-sys.stdout.flush()
-if os.environ.get("STANDIN_EXIT"):
-    sys.stderr.write("Failed to open journal: Permission denied\\n")
-    sys.exit(int(os.environ["STANDIN_EXIT"]))
-time.sleep(60)
-"""
 
 
 class FakeClock:
@@ -34,17 +20,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def install_journalctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
-    """Put a stand-in `journalctl` first on PATH; it records each argv in argv.jsonl."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    script = bindir / "journalctl"
-    script.write_text(source.format(python=sys.executable))
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
-    monkeypatch.setenv("STANDIN_ARGV", str(tmp_path / "argv.jsonl"))
 
 
 @pytest.fixture

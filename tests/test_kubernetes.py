@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.fakes import KV, VERSIONS
 from watchdog.config import load_config
 from watchdog.preflight.checks_watchdog import flashinfer_cache_dir
 
@@ -24,8 +25,6 @@ ENTRYPOINT = K8S / "vllm-entrypoint.sh"
 ALERTS = ROOT / "prometheus" / "alerts.yml"
 CORE_MANIFESTS = ["deployment.yaml", "service.yaml"]
 CRD_MANIFESTS = ["servicemonitor.yaml", "prometheusrule.yaml"]
-VERSIONS = ["1.29.0", "1.37.0"]
-KV = [sys.executable, "-m", "kubernetes_validate"]
 
 
 def docs(name: str) -> list[dict[str, Any]]:

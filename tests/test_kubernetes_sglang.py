@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_kubernetes import KV, VERSIONS
+from tests.fakes import KV, VERSIONS
 from watchdog.config import load_config
 from watchdog.engines.detect import detect_engine
 from watchdog.engines.loader import load_engines

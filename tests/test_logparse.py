@@ -121,7 +121,7 @@ def test_progress_fields_and_frozen_zero_percent() -> None:
 
 
 def test_adding_requests_and_no_total_bars_are_progress() -> None:
-    # tqdm 4.x rendering of vLLM's `tqdm(it, desc="Adding requests")` (domain.md 2.3)
+    # tqdm 4.x rendering of vLLM's `tqdm(it, desc="Adding requests")` (vllm/entrypoints/llm.py)
     ev = parse_line("Adding requests: 100%|██████████| 768/768 [00:01<00:00, 640.12it/s]")
     assert ev is not None and ev.kind == "progress"
     assert (ev.fields["desc"], ev.fields["n"], ev.fields["total"]) == ("Adding requests", 768, 768)
@@ -198,7 +198,7 @@ def test_jit_real_lines() -> None:
     assert [ev.fields["action"] for ev in old] == ["other", "other"]
 
 
-# Built from the format strings in flashinfer/jit/cubin_loader.py (domain.md 1.6); no real
+# Built from the format strings in flashinfer/jit/cubin_loader.py (v0.6.7 and later); no real
 # excerpt of these was found (see tests/data/logs/README.md).
 _JIT_PREFIX = "2026-03-30 10:00:00,000 - INFO - cubin_loader.py:90 - flashinfer.jit: "
 _URI = "https://edge.urm.nvidia.com/artifactory/x/e7afc413/fmha/trtllm-gen/k.cubin"

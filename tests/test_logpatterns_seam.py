@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import GOOD, STANDIN, install_journalctl
 from tests.simfixtures import run_watchdog
-from tests.test_engines import GOOD
-from tests.test_journal import STANDIN, install_journalctl
 from watchdog.config import Config
 from watchdog.core.model import LogEvent
 from watchdog.daemon.wiring import build

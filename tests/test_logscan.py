@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import DATA, STACKS, workload
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.core.signatures import load_signatures
@@ -32,63 +33,7 @@ from watchdog.sources.logs.source import FileFollower, LogSource, StreamReader
 from watchdog.sources.logs.split import BlockSplitter, LineSplitter, count_lines, split_records
 from watchdog.sources.logs.stackdumps import StackScanner
 
-DATA = Path(__file__).parent / "data" / "logs"
 KEEP = keep_with_ops(load_signatures().log_keep_pattern(), load_ops())  # what LogSource keeps
-
-NOISE = [
-    b'(APIServer pid=1) INFO:     172.31.0.7:37016 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n',
-    # a key split by a colour code only matches once the escape is removed
-    b"\x1b[1;31mERROR\x1b[0m 11-30 08:00:01 [core.py:9] Engine\x1b[0mDeadError: engine gone\n",
-    # NULs inside a key (the splitter drops them before anything else looks)
-    b"(APIServer pid=2) ERROR EngineDead\x00Error: x\n",
-    b"INFO 04-09 02:05:52 [loader.py:447] Loading weights took 33.15 seconds\r\n",
-    b"Processed prompts:  50%|# | 1/2 [00:01<00:01, 1.00it/s]\r",
-    b"Processed prompts: 100%|##| 2/2 [00:02<00:00, 1.00it/s]2026-11-30 08:08:29,185 - INFO - "
-    b"cubin_loader.py:90 - flashinfer.jit: Fetching a.cubin from https://edge.example/a\n",
-    b"\n\n\r\n",
-    b"\xff\xfe invalid utf-8 then EngineDeadError \xc3\n",
-    b"x" * 70000 + b" EngineDeadError beyond the truncation point\n",
-    b"EngineDeadError at the start of an over-long line " + b"y" * 70000 + b"\n",
-    b"NCCL INFO Channel 00/32 :    0   1   2   3   4   5   6   7\n" * 3,
-]
-
-
-# Stack dumps inside the log (watchdog/sources/logs/stackdumps.py): a py-spy dump and a traceback,
-# interleaved with ordinary lines.
-STACKS = (
-    b"Process 4242: python -m sglang.launch_server\n"
-    b"Python v3.12.3 (/usr/bin/python3.12)\n\n"
-    b'Thread 4242 (idle): "MainThread"\n'
-    b"    wait (threading.py:355)\n"
-    b"    all_reduce (torch/distributed/distributed_c10d.py:2501)\n"
-    b'(APIServer pid=1) INFO:     172.31.0.7:37016 - "GET /health HTTP/1.1" 200 OK\n'
-    b"Traceback (most recent call last):\n"
-    b'  File "/app/serve.py", line 10, in <module>\n'
-    b"    main()\n"
-    b"RuntimeError: NCCL communicator was aborted\n"
-    b"INFO 12-01 10:00:00 [core.py:1] unrelated\n" * 5
-)
-
-
-# A worker's traceback, then a busy API server's access lines (another stream) past the stack
-# scanner's span, then a frame line of the worker's stream that comes too late to join it.
-SPAN = (
-    b"(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1] Traceback (most recent call last):\n"
-    b'(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1]   File "/v/a.py", line 9, in step\n'
-    + NOISE[0]
-    * (StackScanner().max_span + 5)
-    + b'(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1]   File "/v/b.py", line 3, in late\n'
-    b"(Worker_TP0 pid=10) ERROR 01-12 02:58:31 [x.py:1] RuntimeError: late\n"
-)
-
-
-def workload(seed: int) -> bytes:
-    """Every sample plus the noise, shuffled in, ending without a newline."""
-    rng = random.Random(seed)
-    parts = [p.read_bytes() for p in sorted(DATA.glob("*.log"))] + NOISE * 3 + [STACKS] * 3
-    parts += [SPAN] * 2
-    rng.shuffle(parts)
-    return b"".join(parts) + b"Capturing CUDA graphs:  40%|####  | 27/67 [00:01<00:02]"
 
 
 def chunks(data: bytes, seed: int) -> list[bytes]:

@@ -256,7 +256,7 @@ def test_a_dump_in_one_journal_record_reaches_the_log_source(
 ) -> None:
     """SGLang logs its py-spy dump as one record; journald keeps it as one multi-line MESSAGE.
     A real `journalctl` stand-in serves it; the live LogSource finds the dump in it."""
-    from tests.test_journal import STANDIN, install_journalctl
+    from tests.fakes import STANDIN, install_journalctl
     from watchdog.sources.logs.journal import JournalReader
     from watchdog.sources.logs.source import LogSource
 

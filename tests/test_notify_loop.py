@@ -78,6 +78,7 @@ def start_run(tmp_path: Path, notify: NotifySocket, *args: str) -> subprocess.Po
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=tmp_path)
 
 
+@pytest.mark.slow
 def test_run_sends_ready_then_watchdog_pings(tmp_path: Path, notify: NotifySocket) -> None:
     proc = start_run(tmp_path, notify, "--gpu-source", "none", "--tick-s", "0.2")
     try:
@@ -121,6 +122,7 @@ class _Silent:
         self.server.close()
 
 
+@pytest.mark.slow
 def test_hanging_gpu_source_is_isolated_and_pings_continue(
     tmp_path: Path, notify: NotifySocket
 ) -> None:
@@ -154,6 +156,7 @@ class _Blocker:
             self.hold.clear()
 
 
+@pytest.mark.slow
 def test_pings_stop_while_the_loop_is_stuck(
     tmp_path: Path, notify: NotifySocket, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -194,6 +197,7 @@ def test_pings_stop_while_the_loop_is_stuck(
     assert not loop.is_alive()
 
 
+@pytest.mark.slow
 def test_a_tick_too_slow_for_watchdogsec_is_refused(tmp_path: Path, notify: NotifySocket) -> None:
     # WatchdogSec=1 means a ping every 0.5 s; a 1 s loop would be killed over and over.
     log = tmp_path / "server.log"

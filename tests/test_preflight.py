@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fakes import gpus, inventory
 from watchdog.core.model import GpuSample
 from watchdog.core.signatures import load_signatures
 from watchdog.preflight import checks_cubins, checks_fabric, checks_toolchain, checks_watchdog
@@ -33,15 +34,6 @@ Built on Fri_Feb_21_20:23:50_PST_2025
 Cuda compilation tools, release {rel}, V{rel}.93
 Build cuda_{rel}.r{rel}/compiler.35583870_0
 """  # format from flashinfer #1919 (a real `nvcc --version` for 12.8)
-
-
-def gpus(*ccs: str, fabric: dict[int, FabricInfo | None] | None = None) -> FakeGpuBackend:
-    script = {i: [GpuSample(index=i, name=f"NVIDIA GPU {cc}", cc=cc)] for i, cc in enumerate(ccs)}
-    return FakeGpuBackend(script, driver="580.82.07", fabric=fabric)
-
-
-def inventory(*ccs: str, fabric: dict[int, FabricInfo | None] | None = None):  # noqa: ANN201
-    return collect_gpus(gpus(*ccs, fabric=fabric), 5.0)
 
 
 def tool(bindir: Path, name: str, body: str) -> Path:

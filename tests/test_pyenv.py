@@ -10,14 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes import write_dist
 from watchdog.sources.pyenv import PACKAGES, PyEnvError, package_versions, versions_under_root
-
-
-def write_dist(site: Path, name: str, version: str) -> None:
-    """A minimal installed distribution: <name>-<version>.dist-info/METADATA."""
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
 def script(path: Path, body: str) -> Path:

@@ -9,19 +9,24 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
-from tests.tickkit import TickKit
+from tests.fakes import (
+    SIGS,
+    FakeDaemon,
+    episodes,
+    hang,
+    make_hook,
+    metric,
+    obs,
+    settled,
+    wait_for,
+)
 from watchdog.commands import fallback as fallback_cli
 from watchdog.config import build_config
-from watchdog.core.model import Observation, ProcSnapshot, Verdict
-from watchdog.core.signatures import load_signatures
-from watchdog.daemon.episodes import Episode, EpisodeHook
+from watchdog.daemon.episodes import Episode
 from watchdog.outputs.export import MetricsSink
-from watchdog.outputs.fleet import FleetLabels
-from watchdog.remediation.deployment import decider_for
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.limits import Gate, gate
 from watchdog.remediation.machine import Phase
@@ -33,42 +38,6 @@ from watchdog.remediation.restarters import (
     write_env_file,
 )
 from watchdog.remediation.state import RemediationState, StateError, StateStore
-
-SIGS = load_signatures()
-
-
-def hang(sig: str = "trtllm_attention_deadlock", confidence: float = 0.95) -> Verdict:
-    s = SIGS.get(sig)
-    assert s is not None
-    return Verdict(state="hung", signature=sig, confidence=confidence, fallback=s.fallback)
-
-
-def metric(sink: MetricsSink, name: str, **labels: str) -> float | None:
-    for family in sink.collect():
-        for sample in family.samples:
-            if sample.name == name and sample.labels == labels:
-                return float(sample.value)
-    return None
-
-
-class FakeDaemon(TickKit):
-    """The ticks a hook sees, with the window's facts set (the vLLM version for the plan)."""
-
-    def __init__(self, facts: dict[str, Any]) -> None:
-        super().__init__(facts)
-
-
-def episodes(started_t: float) -> EpisodeHook:
-    """An episode hook (no capturer, no writer) with one episode open since `started_t`."""
-    hook = EpisodeHook()
-    hook.episode = Episode(started_t=started_t, started_wall=0.0)
-    return hook
-
-
-def obs(t: float, pid: int | None = None) -> Observation:
-    procs = ProcSnapshot(alive=True, target_pid=pid) if pid else None
-    return Observation(t=t, wall=time.time(), procs=procs)
-
 
 # -- plan ---------------------------------------------------------------------------------
 
@@ -252,19 +221,6 @@ def test_systemd_hook_writes_the_environment_file_and_restarts_once_per_episode(
     )
 
 
-def settled(hook: RemediationHook) -> bool:
-    """No restart thread running: watching, verifying, or the restarter's thread ended."""
-    m = hook.machine
-    return m.phase is not Phase.RESTARTING or not m.attempt.job.thread.is_alive()
-
-
-def wait_for(cond: Any, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.05)
-
-
 SIGTERM_RECORDER = """
 import signal, sys, time
 def on_term(*_):
@@ -314,35 +270,6 @@ def test_terminate_a_gone_pid_and_unsafe_values_are_refused(tmp_path: Path) -> N
 
 
 # -- hook safety --------------------------------------------------------------------------
-
-
-class RecordingRestarter:
-    """A restarter that only records calls (used where the test is about *not* acting)."""
-
-    name = "recording"
-
-    env_file: str | None = None
-
-    def __init__(self) -> None:
-        self.calls: list[Any] = []
-
-    def restart(self, plan: Any, target_pid: int | None) -> str:
-        self.calls.append((plan, target_pid))
-        return "recorded"
-
-
-def make_hook(
-    tmp_path: Path, **cfg: Any
-) -> tuple[RemediationHook, RecordingRestarter, MetricsSink]:
-    config = build_config(
-        {"remediate": True, "state_dir": str(tmp_path / "st"), "cooldown_s": 0.0, **cfg}
-    )
-    restarter, sink = RecordingRestarter(), MetricsSink(SIGS.ids, version="test")
-    node = FleetLabels.resolve(config.deployment, config.node).node  # as the wiring names it
-    hook = RemediationHook(config, SIGS, restarter=restarter, store=StateStore(config.state_dir),
-                           metrics=sink, episodes=episodes(1.0),
-                           fleet=decider_for(config, node))  # fmt: skip
-    return hook, restarter, sink
 
 
 def test_low_confidence_does_not_act(tmp_path: Path) -> None:

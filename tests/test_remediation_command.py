@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_remediation import SIGS, hang
+from tests.fakes import SIGS, hang
 from watchdog.config import ConfigError, build_config
 from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import make_plan

@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tests.test_remediation import SIGS, FakeDaemon, hang, make_hook, metric, obs
+from tests.fakes import SIGS, FakeDaemon, hang, make_hook, metric, obs
 from watchdog.config import build_config
 from watchdog.remediation.deployment import Candidate, FleetDecider, fleet_block, pick
 from watchdog.remediation.machine import Phase

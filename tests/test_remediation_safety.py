@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_remediation import (
+from tests.fakes import (
     SIGS,
     FakeDaemon,
     RecordingRestarter,
@@ -197,7 +197,7 @@ def test_fallback_overrides_are_checked_at_start(tmp_path: Path, overrides, need
     assert Config().fallback_overrides == {}
 
 
-# -- clocks (issue 11.14): intervals on the monotonic clock, persisted as Unix seconds --------
+# -- clocks: intervals on the monotonic clock, persisted as Unix seconds --------
 
 
 def test_steady_wall_ignores_a_wall_clock_step() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_logscan import NOISE, SPAN, STACKS, workload
+from tests.fakes import NOISE, SPAN, STACKS, workload
 from watchdog.commands.replaylog import read_log, scan_log
 from watchdog.core.openops import OpenOp, load_ops, open_operations
 from watchdog.core.signatures import load_signatures

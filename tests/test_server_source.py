@@ -238,7 +238,7 @@ def test_trtllm_prometheus_path(server: FakeVllm) -> None:
 
 
 def test_huge_value_and_nan_are_skipped_not_raised() -> None:
-    # Issue 11.14: a 400-digit value raised OverflowError out of the parse.
+    # A 400-digit value raised OverflowError out of the parse.
     page = (
         "vllm:num_requests_running " + "9" * 400 + "\n"
         "vllm:num_requests_waiting NaN\n"
@@ -249,7 +249,7 @@ def test_huge_value_and_nan_are_skipped_not_raised() -> None:
 
 
 def test_page_of_unrelated_series_is_read_fast_and_bounded() -> None:
-    # Issue 11.9: 300k unrelated series cost seconds of GIL-held parsing per scrape.
+    # 300k unrelated series cost seconds of GIL-held parsing per scrape.
     noise = "".join(f'other_metric{{id="{i}"}} {i}\n' for i in range(300_000))
     many = "".join(f'vllm:prompt_tokens_total{{id="{i}"}} 1\n' for i in range(10_000))
     start = time.perf_counter()
@@ -278,7 +278,7 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("httpx", "httpcore", 
 
 
 def test_the_default_daemon_never_loads_httpx(server: FakeVllm, tmp_path: Path) -> None:
-    # httpx's first request imports httpcore, h11, anyio and more (issue 15: 3 MiB RSS in a
+    # httpx's first request imports httpcore, h11, anyio and more (3 MiB RSS in a
     # clean venv, 9 MiB here); only the canary, the smoke test, dcgm: and fleet queries use it.
     import subprocess
     import sys

@@ -21,7 +21,7 @@ from watchdog.sim.cdn import start_cdn
 from watchdog.sim.output import format_bar, format_loading, format_meter
 
 DATA = Path(__file__).parent / "data"
-# Regexes from domain.md 2.3 / 1.6.
+# Regexes for vLLM's tqdm bar (vllm/entrypoints/llm.py) and flashinfer/jit/core.py's log format.
 PROGRESS_RE = (
     r"Processed prompts:\s+(\d+)%\|.*?\|\s*(\d+)/(\d+) \[([^<]+)<([^,]+), ([^,\]]+)"
     r"(?:, est\. speed input: ([\d.]+) toks/s, output: ([\d.]+) toks/s)?\]"

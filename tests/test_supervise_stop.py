@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.test_remediation import SIGS, hang, wait_for
+from tests.fakes import SIGS, hang, wait_for
 from watchdog.daemon.supervise import Supervisor
 from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import make_plan

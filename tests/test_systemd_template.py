@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_systemd_units import (
+from tests.fakes import (
     SYSTEMD,
     assert_clean,
     needs_analyze,

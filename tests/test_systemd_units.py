@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,80 +11,24 @@ from pathlib import Path
 import pytest
 
 from tests.deploystandins import systemd_expand
+from tests.fakes import (
+    ROOT,
+    SYSTEMD,
+    assert_clean,
+    needs_analyze,
+    stage,
+    values,
+    verify,
+)
 from watchdog.commands.preflight import add_arguments, options_from_args
 from watchdog.config import load_config
 from watchdog.remediation.restarters import env_file_text
 from watchdog.sources.facts import trtllm_attention
 
-ROOT = Path(__file__).resolve().parents[1]
-SYSTEMD = ROOT / "systemd"
 README_FRAGMENT = ROOT / "docs" / "deployment.md"
 PREFLIGHT_FRAGMENT = ROOT / "docs" / "preflight.md"
 DROP_IN = SYSTEMD / "vllm.service.d" / "10-hang-watchdog.conf"
-# Where the units expect the executables; the test points them at stand-ins it controls.
-EXECUTABLES = {
-    "/usr/local/bin/hang-watchdog": "hang-watchdog",
-    "/opt/vllm/bin/vllm": "vllm",
-    "/opt/sglang/bin/sglang": "sglang",
-}
 STATE_DIR = "/var/lib/hang-watchdog"
-
-needs_analyze = pytest.mark.skipif(
-    shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed (apt systemd)"
-)
-
-
-def unit_entries(path: Path) -> list[tuple[str, str, str]]:
-    """(section, key, value) for every assignment; repeated keys are kept, unlike configparser."""
-    entries: list[tuple[str, str, str]] = []
-    section = ""
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("["):
-            section = line.strip("[]")
-            continue
-        key, _, value = line.partition("=")
-        entries.append((section, key.strip(), value.strip()))
-    return entries
-
-
-def values(path: Path, key: str, section: str = "Service") -> list[str]:
-    return [v for s, k, v in unit_entries(path) if s == section and k == key]
-
-
-def stage(tmp_path: Path) -> Path:
-    """Copy the units and drop-in to tmp_path with ExecStart paths pointing at stand-ins."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for name in EXECUTABLES.values():
-        stub = bindir / name
-        stub.write_text("#!/bin/sh\nexit 0\n")
-        stub.chmod(0o755)
-    for src in [*SYSTEMD.glob("*.service"), *SYSTEMD.glob("*.service.d/*.conf")]:
-        dst = tmp_path / src.relative_to(SYSTEMD)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        text = src.read_text()
-        for path, name in EXECUTABLES.items():
-            text = text.replace(path, str(bindir / name))
-        dst.write_text(text)
-    return tmp_path
-
-
-def verify(*units: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", *map(str, units)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def assert_clean(result: subprocess.CompletedProcess[str]) -> None:
-    """verify exits 0 even on unknown keys (it only warns), so a clean run also has no output."""
-    assert result.returncode == 0, result.stderr
-    assert result.stderr.strip() == "", result.stderr
 
 
 @needs_analyze

@@ -133,7 +133,7 @@ def test_progress_facts_survive_eviction() -> None:
     assert w.progress.bars == {"Processed prompts": (0, 1)}
 
 
-# -- memory bounded by the window, not by log volume (issue 11.11) ---------------------------
+# -- memory bounded by the window, not by log volume ---------------------------------------
 
 
 def _line_obs(t: float, n: int, chars: int) -> Observation:

@@ -130,7 +130,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 
 def _coerce(key: str, value: Any, origin: str) -> Any:
     f = KEYS[key]
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     kind = f.type if isinstance(f.type, str) else str(f.type)
     bad = ConfigError(
         f"{origin}: key {key!r}: expected {kind.replace(' | None', '')}, got {value!r}"

@@ -125,3 +125,42 @@ def kill_if_alive(pids: Sequence[int]) -> None:
 def child_pid(wd: Watchdog, timeout: float = 20.0) -> int:
     """The supervised child's PID from the watchdog's `started ... (pid N)` line."""
     return int(wd.wait_line(r"started .* \(pid (\d+)\)", timeout).group(1))
+
+
+# -- shared by the log fault modules --------------------------------------------------------------
+
+DEATH = (
+    "ERROR 12-01 10:00:00 [core.py:1] EngineCore encountered a fatal error.\n"
+    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+)
+
+
+FOUND = r"-> dead: engine_dead"
+
+
+def watch(tmp_path: Path, log: Path, pid: int) -> Watchdog:
+    wd = Watchdog(
+        tmp_path, *QUIET, "--pid", str(pid), "--log-file", str(log), "--tick-s", "0.2",
+        "--metrics-addr", "127.0.0.1:0", "--no-stacks",
+    )  # fmt: skip
+    wd.port()
+    wd.wait_line(r"state: - -> ")
+    return wd
+
+
+def ticking(wd: Watchdog) -> int:
+    """Iterations the loop completed, from its own counter on /metrics."""
+    body = wd.get("/metrics")[1]
+    for line in body.splitlines():
+        if line.startswith("hang_watchdog_loop_duration_seconds_count"):
+            return int(float(line.split()[-1]))
+    raise AssertionError("no loop counter on /metrics")
+
+
+def finish(wd: Watchdog) -> None:
+    """The loop still ticks (within 3 s), /healthz says ok, SIGTERM ends it cleanly."""
+    before = ticking(wd)
+    wait_for(lambda: ticking(wd) > before, timeout=3)
+    assert wd.get("/healthz")[0] == 200
+    assert wd.stop() in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    wd.assert_clean()

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import QUIET, Watchdog, wait_for
-from tests.faults.test_fault_logs import DEATH, FOUND
+from tests.faults.harness import DEATH, FOUND, QUIET, Watchdog, wait_for
 from tests.simfixtures import REPO_ROOT, sim_env
 from watchdog.outputs.incident import load_incident
 

@@ -1,5 +1,5 @@
 """Faults: the incident disk is full. The watchdog backs off, prunes old bundles to make room,
-and a full disk never blocks a restart (issue 11.8)."""
+and a full disk never blocks a restart."""
 
 from __future__ import annotations
 

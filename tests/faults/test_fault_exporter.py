@@ -1,5 +1,5 @@
 """Faults: hostile clients of the exporter (slowloris, early hang-ups, a scrape flood) against
-a live watchdog. /healthz keeps answering, threads stay bounded, no traceback (issue 11.10)."""
+a live watchdog. /healthz keeps answering, threads stay bounded, no traceback."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_remediation import FakeDaemon, hang, make_hook, obs
+from tests.fakes import FakeDaemon, hang, make_hook, obs
 from watchdog.remediation.machine import Phase
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import Watchdog
-from tests.faults.test_fault_logs import DEATH, FOUND, finish, watch
+from tests.faults.harness import DEATH, FOUND, Watchdog, finish, watch
 from watchdog.core.model import LogEvent, Observation
 from watchdog.core.signatures import load_signatures
 from watchdog.core.window import Window

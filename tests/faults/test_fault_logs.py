@@ -5,7 +5,6 @@ still found after each fault (nothing the operator needs is lost)."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -14,15 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import QUIET, Watchdog, wait_for
+from tests.faults.harness import DEATH, FOUND, finish, wait_for, watch
 
 pytestmark = pytest.mark.slow
-
-DEATH = (
-    "ERROR 12-01 10:00:00 [core.py:1] EngineCore encountered a fatal error.\n"
-    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
-)
-FOUND = r"-> dead: engine_dead"
 
 
 @pytest.fixture
@@ -31,34 +24,6 @@ def target() -> Iterator[int]:
     yield proc.pid
     proc.kill()
     proc.wait()
-
-
-def watch(tmp_path: Path, log: Path, pid: int) -> Watchdog:
-    wd = Watchdog(
-        tmp_path, *QUIET, "--pid", str(pid), "--log-file", str(log), "--tick-s", "0.2",
-        "--metrics-addr", "127.0.0.1:0", "--no-stacks",
-    )  # fmt: skip
-    wd.port()
-    wd.wait_line(r"state: - -> ")
-    return wd
-
-
-def ticking(wd: Watchdog) -> int:
-    """Iterations the loop completed, from its own counter on /metrics."""
-    body = wd.get("/metrics")[1]
-    for line in body.splitlines():
-        if line.startswith("hang_watchdog_loop_duration_seconds_count"):
-            return int(float(line.split()[-1]))
-    raise AssertionError("no loop counter on /metrics")
-
-
-def finish(wd: Watchdog) -> None:
-    """The loop still ticks (within 3 s), /healthz says ok, SIGTERM ends it cleanly."""
-    before = ticking(wd)
-    wait_for(lambda: ticking(wd) > before, timeout=3)
-    assert wd.get("/healthz")[0] == 200
-    assert wd.stop() in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
-    wd.assert_clean()
 
 
 def test_rename_rotation_loses_nothing(tmp_path: Path, target: int) -> None:

@@ -1,6 +1,6 @@
 """Faults: a py-spy that misbehaves (wrong JSON shapes, non-UTF-8 bytes, exit 1, hangs) run
 as a real executable against a real Python process. The capture always returns a result that
-says what happened, never a traceback (issue 11.12)."""
+says what happened, never a traceback."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def test_a_stop_signal_during_a_stack_capture_is_the_servers_own_exit(tmp_path: 
     """The simulated vLLM hangs, the watchdog dumps it with a py-spy that never finishes, and
     SIGTERM arrives mid-dump: py-spy is killed first (it would hold the server paused through
     its grace and outlive the watchdog), the server stops, and no failure is invented."""
-    from tests.test_e2e_supervise import SHORT, SIM, workdir
+    from tests.fakes import SHORT, SIM, workdir
 
     pidfile = tmp_path / "pyspy.pid"
     pyspy = tmp_path / "py-spy"

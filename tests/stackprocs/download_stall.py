@@ -1,8 +1,9 @@
 """py-spy target: blocked in `download_file` on a loopback socket that never answers.
 
-Mimics FlashInfer's cubin fetch (domain.md 1.4) without any network: the listener never accepts
-or sends, so `recv` waits forever. A second thread ("climber") keeps changing its stack so tests
-can tell a stuck thread from a moving one. Prints "ready" once blocked.
+Mimics FlashInfer's cubin fetch (flashinfer/jit/cubin_loader.py download_file) without any
+network: the listener never accepts or sends, so `recv` waits forever. A second thread
+("climber") keeps changing its stack so tests can tell a stuck thread from a moving one.
+Prints "ready" once blocked.
 """
 
 from __future__ import annotations

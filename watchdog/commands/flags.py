@@ -141,7 +141,7 @@ def metavar(f: dataclasses.Field[Any]) -> str:
 
 def default_of(f: dataclasses.Field[Any]) -> Any:
     """A field's default value (its factory called for lists and dicts)."""
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 def help_text(f: dataclasses.Field[Any]) -> str:

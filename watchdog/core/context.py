@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from watchdog.config import Config
 from watchdog.core.divergence import divergence
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Evidence, GpuSample, Observation, StackSample
@@ -33,7 +32,9 @@ class Thresholds:
     gpu_spin_clock_ratio: float = 0.5
 
     @classmethod
-    def from_config(cls, cfg: Config) -> Thresholds:
+    def from_config(cls, cfg: object) -> Thresholds:
+        """The fields of the same name from `cfg` (a watchdog.config.Config); core imports no
+        config, so any object with these attributes will do."""
         return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__})
 
 

@@ -107,7 +107,8 @@ def _match(
 ) -> LogMatch | None:
     if any(_holds(r, events, stacks) for r in sig.unless):
         return None
-    conf, decisive, lines = 0.0, False, []
+    conf, decisive = 0.0, False
+    lines: list[str] = []
     any_log = False
     for rule in sig.evidence:
         if rule.kind == "no_progress" and stall:

@@ -13,7 +13,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-# States are part of the public contract (ARCHITECTURE.md "States and causes").
+# States are part of the public contract (docs/signatures-and-engines.md, "The loop and the
+# states").
 STATES: tuple[str, ...] = (
     "starting",
     "loading",
@@ -312,7 +313,7 @@ def _decode(tp: Any, data: Any) -> Any:
         if not isinstance(data, ok) or (tp is not bool and isinstance(data, bool)):
             raise TypeError(f"expected {tp.__name__}, got {type(data).__name__} {data!r:.40}")
         return data
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         renamed = getattr(tp, "RENAMED", {})
         if renamed and isinstance(data, dict):
             data = {

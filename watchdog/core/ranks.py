@@ -150,11 +150,11 @@ def _thread_activity(sample: StackSample, kb: Knowledge) -> tuple[str, str, bool
             if fr is not None:
                 return act.name, act.part, th.unchanged, _label(fr)
     main = next((t for t in sample.threads if t.name == "MainThread"), None)
-    th = main or next(iter(sample.threads), None)
-    if th is None:
+    shown = main or next(iter(sample.threads), None)
+    if shown is None:
         return "no_stacks", "", None, ""
-    fr = _meaningful(th, kb)
-    return "other", "", th.unchanged, _label(fr) if fr else ""
+    fr = _meaningful(shown, kb)
+    return "other", "", shown.unchanged, _label(fr) if fr else ""
 
 
 def blocking_frame(stacks: Sequence[StackSample]) -> str:

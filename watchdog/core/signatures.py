@@ -47,6 +47,27 @@ from watchdog.core.sigmodel import (  # noqa: F401 - re-exported: the public nam
     SignatureSet,
 )
 
+# The signature model's names are imported from here (sigmodel is where they are defined).
+__all__ = [
+    "BENIGN_STATES",
+    "BUILTIN_FALLBACKS",
+    "EVIDENCE_KINDS",
+    "SEVERITIES",
+    "VERDICT_STATES",
+    "WHEN",
+    "Benign",
+    "EngineText",
+    "Fallback",
+    "KnownBad",
+    "Rule",
+    "Signature",
+    "SignatureError",
+    "SignatureSet",
+    "check_fallbacks",
+    "load_file",
+    "load_signatures",
+]
+
 
 def load_signatures(extra: Sequence[Path | str] = ()) -> SignatureSet:
     """The shipped knowledge base, then each operator file in order (same id replaces)."""

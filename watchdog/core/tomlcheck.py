@@ -12,7 +12,7 @@ from typing import Any
 try:  # re._parser is the stdlib's own regex parser (sre_parse before 3.11)
     from re import _parser as _sre  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - 3.10
-    import sre_parse as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre
 
 # Bounds on an operator's TOML, checked before tomllib sees it: tomllib's time grows with the
 # square of the dotted key parts (100 000 dotted headers took 18 s), and nothing an operator

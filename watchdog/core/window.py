@@ -18,7 +18,7 @@ from watchdog.core.witnesses import Witnesses
 # Milestones after which the server is ready to serve (log kinds of sources/logs/parse.py).
 READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
 # Log text is the window's only input that grows with the server: a logged 64 KB prompt per
-# line would otherwise hold ~100 MB (issue 11.11). Each kept line is cut to its head and tail,
+# line would otherwise hold ~100 MB. Each kept line is cut to its head and tail,
 # and past a budget for the whole window the oldest lines shrink further (their verdict-time
 # use is the label and the first words; the full text is in the log itself).
 MAX_EVENT_CHARS = 4096
@@ -32,7 +32,9 @@ EVENT_OVERHEAD = 400  # bytes a LogEvent, its __dict__ and fields hold beyond it
 # RESTART_ECHO_S, and never taken as the new server's crash.
 RESTART_ECHO_S = 10.0
 STARTUP_KINDS = frozenset({"loading", "milestone", "version"})
-OWN_PIPE = "child"  # the log source name of supervise mode's child (daemon/supervise.py)
+# The log source name for a pipe only the current server writes (supervise mode names its
+# child's stdout and stderr so): its lines are never the old server's after a restart.
+OWN_PIPE = "child"
 
 
 @dataclass

@@ -251,7 +251,7 @@ class Daemon:
             self.stats.last_lag_s = max(0.0, t0 - due) if due is not None else 0.0
             due = t0 + self.cfg.tick_s
             try:
-                verdict = self.tick()
+                verdict: Verdict | None = self.tick()
             except Exception:  # last resort: log and keep watching
                 self.stats.errors += 1
                 log.exception("loop iteration failed; carrying on")

@@ -19,12 +19,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import psutil
 
 from watchdog.core.redact import redact_argv
+from watchdog.core.window import OWN_PIPE
 from watchdog.daemon.leftovers import report_leftovers
+from watchdog.outputs.sdnotify import child_environ
 from watchdog.sources.deadline import Worker
 from watchdog.sources.logs.source import StreamReader
 from watchdog.sources.logs.split import Block
@@ -52,7 +54,8 @@ class Supervisor:
         if not argv:
             raise ValueError("run --: no command given to supervise (e.g. run -- vllm serve MODEL)")
         self.argv = list(argv)
-        self.env = dict(env if env is not None else os.environ)
+        # The server must not inherit NOTIFY_SOCKET and ping systemd as if it were the watchdog.
+        self.env = child_environ(env if env is not None else os.environ)
         self.tee_out = tee_out if tee_out is not None else sys.stdout.buffer
         self.tee_err = tee_err if tee_err is not None else sys.stderr.buffer
         self.popen: subprocess.Popen[bytes] | None = None
@@ -108,8 +111,9 @@ class Supervisor:
             raise RuntimeError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
         assert self.popen.stdout is not None and self.popen.stderr is not None
         readers = [
-            StreamReader(self.popen.stdout, "child", tee=self.tee_out),
-            StreamReader(self.popen.stderr, "child", tee=self.tee_err),
+            # Popen's pipes are typed IO[bytes]; they are the binary files a reader wants.
+            StreamReader(cast(BinaryIO, self.popen.stdout), OWN_PIPE, tee=self.tee_out),
+            StreamReader(cast(BinaryIO, self.popen.stderr), OWN_PIPE, tee=self.tee_err),
         ]
         with self._readers_lock:
             self._retired.extend(self._readers)
@@ -247,7 +251,7 @@ class Supervisor:
 class SupervisedReader:
     """A LineReader over whichever child is current."""
 
-    name = "child"
+    name = OWN_PIPE
 
     def __init__(self, sup: Supervisor) -> None:
         self._sup = sup
@@ -278,7 +282,7 @@ def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 

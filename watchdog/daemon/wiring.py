@@ -307,6 +307,7 @@ def _incident_root(path: str, *, defaulted: bool = False) -> Path:
 
 def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
     from watchdog.outputs.incident import build_environment
+    from watchdog.sources.pyenv import COMMON, PACKAGES
 
     gpu = daemon.source("gpu")
     driver = None
@@ -319,7 +320,13 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
     facts = daemon.window.progress.facts
     if obs.nccl_ras is not None:  # the bundle's facts carried NCCL's view before it had a field
         facts = {**facts, "nccl_ras": obs.nccl_ras}
-    env = build_environment(target_pid=target, gpus=obs.gpus, facts=facts, driver=driver)
+    env = build_environment(
+        target_pid=target,
+        gpus=obs.gpus,
+        facts=facts,
+        driver=driver,
+        engine_packages=tuple(p for p in PACKAGES if p not in COMMON),
+    )
     # replay re-classifies with the thresholds this daemon used
     env["watchdog"] = {"version": __version__, "thresholds": dataclasses.asdict(daemon.thresholds)}
     return env

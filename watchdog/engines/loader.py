@@ -243,6 +243,7 @@ def _samples(rows: Iterable[Any], where: str) -> tuple[MetricSample, ...]:
             )
         if tp not in ("counter", "gauge"):
             raise EngineError(f"{w}: key 'type': expected 'counter' or 'gauge', got {tp!r}")
+        assert isinstance(fld, str)  # one of the field names, checked above
         out.append(MetricSample(name=name, field=fld, type=tp))
     return tuple(out)
 

@@ -37,8 +37,9 @@ from watchdog.outputs.metrics_table import (
 Series = list[tuple[tuple[str, ...], float]]
 
 
-def _family(spec: MetricSpec) -> Metric:
-    """An empty family of the right type for one row of the table."""
+def _family(spec: MetricSpec) -> Any:
+    """An empty family of the right type for one row of the table (typed Any: the three
+    families' add_metric take different arguments)."""
     kinds = {"counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
     return kinds.get(spec.type, GaugeMetricFamily)(spec.name, spec.help, labels=list(spec.labels))
 
@@ -73,7 +74,7 @@ def _ras_series(ras: Any) -> dict[str, Series]:
     """NCCL RAS findings (sources/rasreport.py findings()), only from a report that answered."""
     if not isinstance(ras, dict) or not ras.get("up"):
         return {}
-    counts = ras.get("counts") if isinstance(ras.get("counts"), dict) else {}
+    counts = found if isinstance(found := ras.get("counts"), dict) else {}
     behind = [b for b in ras.get("behind") or () if isinstance(b, list) and len(b) == 2]
     return {
         "hang_watchdog_nccl_ras_communicators": [((), float(ras.get("communicators") or 0))],

@@ -16,7 +16,7 @@ STACK_RESULTS: tuple[str, ...] = (
     "error",
 )
 
-# Outcomes of one remediation (issue 5): "planned" is what --dry-run records instead of acting.
+# Outcomes of one remediation: "planned" is what --dry-run records instead of acting.
 REMEDIATION_OUTCOMES: tuple[str, ...] = (
     "planned",
     "recovered",

@@ -1,7 +1,8 @@
 """FlashInfer cubins: shipped by flashinfer-cubin, or downloaded at run time from the kernel CDN.
 
 A download that cannot complete costs minutes of retries per file after the weights are loaded
-(flashinfer jit/cubin_loader.py download_file: 4 attempts, 10 s timeout; domain.md 1.5). The
+(flashinfer-ai/flashinfer flashinfer/jit/cubin_loader.py download_file, v0.6.7: 4 attempts, a
+10 s timeout each, 5/10/20 s backoff). The
 CDN is contacted only here, only with a HEAD, only under a hard deadline (DNS included).
 """
 
@@ -17,7 +18,7 @@ import httpx
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
 from watchdog.sources.deadline import DeadlineExceeded, call_with_deadline
 
-# flashinfer jit/cubin_loader.py, identical v0.6.7 .. v0.6.18rc7 (domain.md 1.1).
+# flashinfer-ai/flashinfer flashinfer/jit/cubin_loader.py, identical v0.6.7 .. v0.6.18rc7.
 DEFAULT_CUBINS_REPOSITORY = (
     "https://edge.urm.nvidia.com/artifactory/sw-kernelinferencelibrary-public-generic-local/"
 )
@@ -55,7 +56,7 @@ def check_cubin_package(
             [f"pip install flashinfer-cubin=={fi} --extra-index-url https://flashinfer.ai/whl/"],
         )
     # FlashInfer raises "flashinfer-cubin version (...) does not match flashinfer version (...)"
-    # unless FLASHINFER_DISABLE_VERSION_CHECK is set (flashinfer jit/env.py; domain.md 1.2, 1.7).
+    # unless FLASHINFER_DISABLE_VERSION_CHECK is set (flashinfer/jit/env.py).
     fix = [f"pip install flashinfer-cubin=={fi} --extra-index-url https://flashinfer.ai/whl/"]
     reason = f"flashinfer-cubin {cubin} does not match FlashInfer {fi}"
     if environ.get("FLASHINFER_DISABLE_VERSION_CHECK", "").lower() not in _OFF:
@@ -82,7 +83,8 @@ def check_cubin_download(
         return skipped("cubin_download", f"no downloads: {why}")
     if environ.get("FLASHINFER_NO_DOWNLOAD", "").lower() not in _OFF:
         # >= 0.6.7.post1: get_artifact raises "Artifact not found locally ... FLASHINFER_NO_DOWNLOAD
-        # is set - refusing to download" (domain.md 1.2). v0.6.7 ignores the variable.
+        # is set - refusing to download" (flashinfer/jit/cubin_loader.py, v0.6.7.post1). v0.6.7
+        # ignores the variable.
         return failed(
             "cubin_download",
             "FLASHINFER_NO_DOWNLOAD is set but flashinfer-cubin does not provide the cubins",

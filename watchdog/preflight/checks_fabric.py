@@ -2,7 +2,7 @@
 
 NCCL's NVLS multicast bind fails with CUDA error 401 when the fabric is not ready ("This is
 usually caused by a system or configuration error in the Fabric Manager or NVSwitches";
-pytorch PR #177472; domain.md 2.8), which kills the server after the weights are loaded.
+pytorch/pytorch PR #177472), which kills the server after the weights are loaded.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
 
-# NVML_GPU_FABRIC_STATE_* and NVML_GPU_FABRIC_HEALTH_SUMMARY_* (nvidia-ml-py; domain.md 3).
+# NVML_GPU_FABRIC_STATE_* and NVML_GPU_FABRIC_HEALTH_SUMMARY_* (nvidia-ml-py 13.615.71, pynvml.py).
 _STATE = {0: "NOT_SUPPORTED", 1: "NOT_STARTED", 2: "IN_PROGRESS", 3: "COMPLETED"}
 _HEALTH = {0: "NOT_SUPPORTED", 1: "HEALTHY", 2: "UNHEALTHY", 3: "LIMITED_CAPACITY"}
 _DEGRADED_BW_MASK = 0x3  # NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW, shift 0, width 2

@@ -50,7 +50,7 @@ def arch_target(cc: str) -> str:
     """The arch-specific target a GPU needs, e.g. "10.3" -> "10.3a".
 
     FlashInfer compiles SM 9.x and newer with the `a` (architecture-specific) suffix; its JIT
-    workspace for GB300 is `.../103a/` (flashinfer jit/core.py; domain.md 1.3).
+    workspace for GB300 is `.../103a/` (flashinfer-ai/flashinfer flashinfer/jit/core.py, v0.6.7).
     """
     major = int(cc.split(".")[0])
     return f"{cc}a" if major >= 9 else cc

@@ -1,7 +1,8 @@
 """FlashInfer's JIT toolchain: nvcc (new enough for the GPUs), ninja, and the arch-list variables.
 
 FlashInfer compiles kernels at run time unless prebuilt ones cover the GPUs; a host without
-nvcc/ninja then dies after the weights are loaded (HGX B300 report; domain.md 1.8).
+nvcc/ninja then dies after the weights are loaded (flashinfer/jit/cpp_ext.py get_cuda_path and
+run_ninja, v0.6.7: "Could not find nvcc", FileNotFoundError for 'ninja').
 """
 
 from __future__ import annotations

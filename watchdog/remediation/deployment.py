@@ -1,27 +1,7 @@
 """Remediation of a multi-node deployment is decided once, for the root cause.
 
-Every node of a deployment has its own watchdog and each sees the hang: the ranks on the other
-nodes wait in a collective for the one that is stuck. If each restarted its own server, a
-deployment would be torn down N times. With `deployment` set:
-
-- `fleet_remediation = "cause"`: the decision comes from the answer every watchdog of the
-  deployment reads from the same Prometheus (`fleet_prometheus_url`), with no aggregator of
-  our own: of the ranks the watchdogs name as a cause (hang_watchdog_rank_cause_priority), the
-  one with the highest signature priority, then the first to stop (the oldest
-  hang_watchdog_rank_last_progress_timestamp_seconds), then the lowest (node, rank), wins.
-  Only the watchdog of the winner's node acts, and only after it has been the winner for
-  `fleet_settle_s` (so a cause on another node that Prometheus has not scraped yet can still
-  take the decision). Two nodes that each hold a local cause thus restart once. Without
-  `fleet_prometheus_url`, or while Prometheus does not answer, nobody acts (said once).
-- `fleet_remediation = "leader"`: only the instance with `fleet_leader = true` acts (the one
-  whose restarter restarts the whole deployment, e.g. the LeaderWorkerSet leader pod).
-
-Limits: in cause mode the cooldown and max_restarts count every watchdog of the deployment
-(hang_watchdog_remediation_last_restart_timestamp_seconds and the increase of
-hang_watchdog_remediation_restarts_total over restart_window_s, read from the same
-Prometheus), so a restart by one node starts the cooldown of all and counts toward one cap; the
-acting node's own limits apply too. In leader mode the leader's own state is the deployment's.
-Dry-run is each instance's own key; set it alike on every node.
+Cause mode (the Prometheus answer every watchdog reads), leader mode and the deployment-wide
+limits are described in docs/fleet.md, "Remediation once per deployment".
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class SuperviseRestarter:
     def restart(self, plan: Plan, target_pid: int | None) -> str:
         try:
             code = self.sup.stop(self.grace_s)  # the whole tree, workers included
-        except RuntimeError as exc:  # daemon/supervise.py StopError
+        except RuntimeError as exc:  # the supervisor's StopError: part of the tree survived
             raise RestartError(str(exc)) from exc
         self.sup.argv, self.sup.env = list(self.base_argv), dict(self.base_env)
         try:

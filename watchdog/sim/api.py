@@ -1,8 +1,9 @@
 """Serve mode: the simulated vLLM API server (/health, /metrics, /v1/models, /v1/completions).
 
 /health mirrors vLLM: 200 while the API process is up, including during engine hangs, and
-503 once the engine is dead (domain.md 2.5). /metrics carries vLLM's names and labels
-(`model_name`, `engine`; domain.md 2.4), built fresh on every scrape from the engine's report.
+503 once the engine is dead (vllm/entrypoints/serve/instrumentator/health.py). /metrics carries
+vLLM's names and labels (`model_name`, `engine`; vllm/v1/metrics/loggers.py
+PrometheusStatLogger), built fresh on every scrape from the engine's report.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ class VllmCollector:
             ("vllm:prompt_tokens", "Number of prefill tokens processed.", st.prompt_tokens),
             ("vllm:generation_tokens", "Number of generation tokens processed.", st.gen_tokens),
         ):
-            fam = CounterMetricFamily(name, doc, labels=labels)
-            fam.add_metric(values, value)
-            families.append(fam)
+            counter = CounterMetricFamily(name, doc, labels=labels)
+            counter.add_metric(values, value)
+            families.append(counter)
         families.append(self._iteration_histogram(labels, values))
         return families
 
@@ -211,7 +212,7 @@ class ApiServer:
             last = (tput[0], tput[1])
 
     def stats_line(self, prompt_tp: float, gen_tp: float) -> str:
-        """vLLM's LoggingStatLogger line (older single-format-string form, domain.md 2.3)."""
+        """vLLM's LoggingStatLogger line (vllm/v1/metrics/loggers.py, the older form)."""
         st = self.link.state
         running = st.running + self.inflight
         return (

@@ -1,7 +1,7 @@
 """Bench mode: the `vllm bench throughput` CLI side, with LLM.generate's tqdm bar.
 
 `Processed prompts` bar on stderr, redrawn with `\\r` only when a prompt finishes (so a hung
-engine leaves it frozen, domain.md 2.3), then vLLM's final lines on stdout
+engine leaves it frozen; vllm/entrypoints/llm.py LLM._run_engine), then vLLM's final lines on stdout
 (vllm/benchmarks/throughput.py: `Throughput: ... requests/s, ... total tokens/s, ... output
 tokens/s` and `Total num prompt tokens:  N` / `Total num output tokens:  N`).
 """
@@ -57,12 +57,11 @@ def run_bench(cfg: SimConfig, console: Console, link: EngineLink) -> int:
     shown = 0
     while True:
         with link.changed:
-            link.changed.wait_for(
-                lambda shown=shown: (
-                    link.state.done != shown or link.state.finished or link.state.dead
-                ),
-                1.0,
-            )
+
+            def moved(shown: int = shown) -> bool:
+                return link.state.done != shown or link.state.finished or link.state.dead
+
+            link.changed.wait_for(moved, 1.0)
             st = link.state
             done, p_tok, g_tok = st.done, st.prompt_tokens, st.gen_tokens
             finished, dead = st.finished, st.dead

@@ -34,7 +34,7 @@ PROC = "EngineCore_DP0"  # log prefix of the engine core (2.6: EngineCore_DP0 in
 STEP_S = 0.1
 SILENT_AFTER_S = 5.0  # --silence-s: serving this long before the silence
 STRAGGLE_S = 3.0  # how long the waiting ranks of a rank-level hang work on after the cause stops
-# Made-up kernel names under the real v0.6.7 TRTLLM_GEN_FMHA artifact pin (domain.md 1.3).
+# Made-up kernel names under the real v0.6.7 TRTLLM_GEN_FMHA artifact pin (flashinfer/artifacts.py).
 FMHA_PATH = "e7afc4134bb53eaab63fb85163d5943fb190621c/fmha/trtllm-gen/"
 CUBINS = tuple(
     FMHA_PATH + f"fmhaSm103aKernel_QkvBfloat16OBfloat16H128PagedKvP{n}VarSeqContext.cubin"

@@ -1,5 +1,6 @@
 """vLLM-shaped output for the simulator: the `(Proc pid=N) LEVEL MM-DD HH:MM:SS [file:line]` prefix
-and tqdm bars rendered exactly as tqdm draws them (domain.md 2.3), teed to an optional log file."""
+and tqdm bars rendered exactly as tqdm 4.x draws them (tqdm/std.py format_meter), teed to an
+optional log file."""
 
 from __future__ import annotations
 

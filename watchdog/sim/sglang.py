@@ -112,7 +112,7 @@ class SglangCollector:
             ("sglang:generation_tokens", "Number of generation tokens processed.", st.gen_tokens),
             ("sglang:num_requests", "Number of requests processed.", st.done),
         ):
-            fam = CounterMetricFamily(name, doc, labels=tok_labels)
-            fam.add_metric(tok_values, value)
-            families.append(fam)
+            counter = CounterMetricFamily(name, doc, labels=tok_labels)
+            counter.add_metric(tok_values, value)
+            families.append(counter)
         return families

@@ -1,10 +1,11 @@
 """The simulated engine's startup phases, printed in vLLM's formats with compressed durations.
 
-Line formats from domain.md 2.3 and the h_*/g_vllm16301 samples: the weight-loading bar (no
-process prefix, `\\n`-terminated bar_format), `Loading weights took`, `Model loading took ... GiB
-memory and ... seconds`, torch.compile lines, the CUDA-graph capture bar, `Graph capturing
-finished`, `init engine (...) took`. slow_loading reads a real file per shard so the process's
-read counters grow while the bar advances slowly.
+Line formats from vLLM's model_executor/model_loader/weight_utils.py (_BAR_FORMAT),
+default_loader.py, gpu_model_runner.py and v1/engine/core.py, and the h_*/g_vllm16301
+samples: the weight-loading bar (no process prefix, `\\n`-terminated bar_format), `Loading
+weights took`, `Model loading took ... GiB memory and ... seconds`, torch.compile lines, the
+CUDA-graph capture bar, `Graph capturing finished`, `init engine (...) took`. slow_loading reads
+a real file per shard so the process's read counters grow while the bar advances slowly.
 """
 
 from __future__ import annotations

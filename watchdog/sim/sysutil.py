@@ -23,7 +23,8 @@ def _prctl(option: int, arg: int | bytes) -> None:
 def set_title(title: str) -> None:
     """Set /proc/self/comm like setproctitle does (truncated to 15 bytes by the kernel).
 
-    vLLM sets `VLLM::EngineCore` with setproctitle (domain.md 2.6); the simulator cannot
+    vLLM sets `VLLM::EngineCore` with setproctitle (vllm/utils/system_utils.py
+    set_process_title); the simulator cannot
     rewrite its argv, so the title is also an argv element (`--role VLLM::EngineCore`).
     """
     _prctl(PR_SET_NAME, title.encode()[:15])

@@ -217,9 +217,9 @@ class TrtllmCollector:
             ("trtllm_num_requests_completed",
              "Total number of completed requests across iterations", st.done),
         ):  # fmt: skip
-            fam = CounterMetricFamily(name, doc, labels=labels)
-            fam.add_metric(values, value)
-            families.append(fam)
+            counter = CounterMetricFamily(name, doc, labels=labels)
+            counter.add_metric(values, value)
+            families.append(counter)
         return families
 
 

@@ -118,7 +118,7 @@ def _proc_net_keys(ip: str) -> tuple[str, ...]:
     except ValueError:
         return ()
     raw = addr.packed
-    order = "little" if sys.byteorder == "little" else "big"
+    order = sys.byteorder
     words = "".join(f"{int.from_bytes(raw[i : i + 4], order):08X}" for i in range(0, len(raw), 4))
     if isinstance(addr, ipaddress.IPv6Address):
         return (words + ":",)

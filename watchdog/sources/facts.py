@@ -137,7 +137,8 @@ def trtllm_attention(cmdline: Sequence[str], environ: Mapping[str, str]) -> bool
     """True/False when the server forces TRTLLM attention on/off; None = vLLM auto-detects.
 
     The CLI (`--attention-config.use_trtllm_attention=0`, flashinfer #2939) wins over the
-    older `VLLM_USE_TRTLLM_ATTENTION` env var ("1"/"true" on, anything else off; domain.md 2.2).
+    older `VLLM_USE_TRTLLM_ATTENTION` env var ("1"/"true" on, anything else off; vllm/envs.py,
+    vllm PR #26315).
     """
     found: tuple[bool, bool | None] = (False, None)
     args = list(cmdline)

@@ -106,7 +106,9 @@ class HttpGet:
     ) -> int:
         try:
             conn = self._connection(deadline)
-            conn.response_class = lambda sock, *a, **kw: _Response(sock, deadline, *a, **kw)
+            # http.client only calls response_class(sock, ...): a factory that binds the
+            # deadline does, though typeshed declares a class.
+            conn.response_class = lambda sock, *a, **kw: _Response(sock, deadline, *a, **kw)  # type: ignore[assignment]
             conn.request("GET", self._prefix + path, headers=self._headers)
             resp = conn.getresponse()
             self._answered = True

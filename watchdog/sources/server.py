@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.client
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 import psutil
@@ -26,7 +27,7 @@ MAX_METRICS_BYTES = 32 << 20
 # /health answers an empty body or a short JSON (vllm entrypoints/openai/api_server.py,
 # sglang srt/entrypoints/http_server.py); only its status is read.
 MAX_HEALTH_BYTES = 64 << 10
-# Series summed per sample name; more than this is not one server's page (issue 11.9).
+# Series summed per sample name; more than this is not one server's page.
 MAX_SERIES = 4096
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
 
@@ -40,8 +41,8 @@ class MetricsParser:
     """Reads Prometheus text line by line, keeping only the wanted samples (summed over labels).
 
     Lines of other families cost one check of their first character and a find, so a page of
-    300k unrelated series does not hold the loop (issue 11.9); values that are not finite
-    numbers (a 400-digit value, NaN) are skipped, never raised (issue 11.14).
+    300k unrelated series does not hold the loop; values that are not finite numbers (a 400-digit
+    value, NaN) are skipped, never raised.
     """
 
     def __init__(self, samples: Iterable[MetricSample]) -> None:
@@ -63,7 +64,8 @@ class MetricsParser:
         if self._rest:
             self._line(self._rest)
             self._rest = ""
-        return ServerSample(up=True, **self.sums)
+        fields: dict[str, Any] = dict(self.sums)  # the profile names which fields these are
+        return ServerSample(up=True, **fields)
 
     def _line(self, raw: str) -> None:
         self._line_no += 1
@@ -97,7 +99,7 @@ class MetricsParser:
                 f"{name} has value {parts[0][:20]!r}); check that the URL points at the "
                 "server's API port"
             ) from None
-        if not math.isfinite(value):  # NaN, +Inf, or a 400-digit number (issue 11.14)
+        if not math.isfinite(value):  # NaN, +Inf, or a 400-digit number
             return
         self._series[name] = self._series.get(name, 0) + 1
         self.sums[field] = self.sums.get(field, 0.0) + value

@@ -14,7 +14,7 @@ from watchdog.core.model import GpuSample
 
 @dataclass(frozen=True)
 class FabricInfo:
-    """NVML GPU fabric (NVLink/NVSwitch) state; see domain.md section 3 "Fabric"."""
+    """NVML GPU fabric (NVLink/NVSwitch) state (nvmlDeviceGetGpuFabricInfo, nvidia-ml-py)."""
 
     state: (
         int  # NVML_GPU_FABRIC_STATE_*: 0 not supported, 1 not started, 2 in progress, 3 completed

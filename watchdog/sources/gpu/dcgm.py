@@ -18,7 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from watchdog.core.model import GpuSample
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
 
-# Profiling (DCP) fields are ratios 0-1; DEV utilisation fields are percent 0-100 (domain.md s.4).
+# Profiling (DCP) fields are ratios 0-1; DEV utilisation fields are percent 0-100
+# (NVIDIA/dcgm-exporter etc/default-counters.csv, etc/dcp-metrics-included.csv).
 SM_PROF = "DCGM_FI_PROF_SM_ACTIVE"
 DRAM_PROF = "DCGM_FI_PROF_DRAM_ACTIVE"
 SM_DEV = "DCGM_FI_DEV_GPU_UTIL"

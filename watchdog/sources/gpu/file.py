@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TypeGuard
 
 from watchdog.core.model import GpuSample
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
@@ -260,11 +260,11 @@ def _optional(obj: dict[str, Any], key: str, ok: Callable[[Any], bool], what: st
     return value
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     """A finite int or float; JSON allows integers too large for a float (OverflowError)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False

@@ -148,7 +148,7 @@ class NvmlBackend:
         """NVLink fabric state via nvmlDeviceGetGpuFabricInfoV (v3 struct); None if unsupported."""
         nvml = self._require()
         h = self._handle(index)
-        info = nvml.c_nvmlGpuFabricInfo_v3_t()  # sets version 0x3000028 itself (domain.md s.3)
+        info = nvml.c_nvmlGpuFabricInfo_v3_t()  # sets version 0x3000028 itself (pynvml.py)
         done = self._field(
             "nvmlDeviceGetGpuFabricInfoV", nvml.nvmlDeviceGetGpuFabricInfoV, h, ctypes.byref(info)
         )

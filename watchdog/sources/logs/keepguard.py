@@ -11,22 +11,18 @@ compares them.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 
 from watchdog.sources.logs.prefilter import required_literals
 
 Guard = Callable[[str], bool]
-_CACHE: dict[tuple[str, int], Guard] = {}
 
 
 def keeps(keep: re.Pattern[str], text: str) -> bool:
     """Does `keep` match somewhere in `text`?"""
-    key = (keep.pattern, keep.flags)
-    guard = _CACHE.get(key)
-    if guard is None:
-        guard = _CACHE[key] = _build(keep)
-    return guard(text)
+    return _build(keep)(text)
 
 
 def top_level_alternatives(pattern: str) -> list[str] | None:
@@ -63,6 +59,9 @@ def top_level_alternatives(pattern: str) -> list[str] | None:
     return out
 
 
+# A memo of a pure function, like re's own compile cache: patterns compare equal by pattern and
+# flags, and a process builds one keep pattern per signature set.
+@functools.lru_cache(maxsize=32)
 def _build(keep: re.Pattern[str]) -> Guard:
     alts = top_level_alternatives(keep.pattern)
     if alts is None or len(alts) < 2 or keep.flags & re.IGNORECASE:

@@ -3,8 +3,8 @@
 Pure: no I/O, no clock. Engine formats come from the engine profiles (watchdog/engines/
 profiles/*.toml); the engine-neutral ones (collector prefixes, tqdm bars, FlashInfer's
 `flashinfer.jit` logger) are here. Every format is found at a literal needle and matched at
-that position, never searched from every offset, so a line costs time linear in its length
-(issue 11.1: a logged prompt must not freeze the loop).
+that position, never searched from every offset, so a line costs time linear in its length (a
+logged prompt must not freeze the loop).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _OUTER_PREFIXES: tuple[re.Pattern[str], ...] = (
 
 # --- tqdm bars (tqdm.std.tqdm.format_meter; domain of every engine) ---
 # Each bar is found at a literal needle and read with `match` at fixed positions, so the cost is
-# linear in the line length (a `search` with a leading `[^|:]*?` is quadratic, issue 11.1).
+# linear in the line length (a `search` with a leading `[^|:]*?` is quadratic).
 _BAR_TAIL = re.compile(
     r"%\|[^|]{0,400}\|\s{0,8}(?P<n>\d{1,12})/(?P<total>\d{1,12})"
     r" \[(?P<elapsed>[\d:]{1,16})(?:<(?P<remaining>[^,\]]{0,32}))?(?:, (?P<rest>[^\]]{0,400}))?\]"
@@ -68,7 +68,7 @@ _INT_FIELDS = frozenset({"attempt", "pid", "rank"})
 _MAX_TRIES = 3  # occurrences of a needle tried per line (bounded, so parsing stays linear)
 _BEFORE_SPAN = 64  # characters before a needle that a rule's `before` pattern may read
 
-# --- flashinfer.jit logger (domain.md 1.6; flashinfer/jit/cubin_loader.py) ---
+# --- flashinfer.jit logger (flashinfer/jit/core.py format, flashinfer/jit/cubin_loader.py) ---
 _JIT = re.compile(r"flashinfer\.jit: (?P<msg>.*)$")
 _JIT_SPEC: tuple[tuple[str, str], ...] = (
     # v0.6.7 `Fetching cubin X from URI` / `Fetching file from URI`; >= 0.6.7.post1
@@ -250,7 +250,7 @@ def _apply(rule: LogRule, msg: str) -> _Parsed | None:
         try:
             fields = _typed(groups, rule.types)
         except (ValueError, OverflowError):
-            return None  # a malformed number: this format does not match (issue 11.4)
+            return None  # a malformed number: this format does not match
         fields.update(rule.set)
         return rule.kind, fields
     return None
@@ -304,7 +304,7 @@ def _typed(groups: Mapping[str, str | None], types: Mapping[str, str]) -> dict[s
 
 def _bar_fields(desc: str, groups: Mapping[str, str | None], pct: str | None) -> dict[str, Any]:
     n = int(groups["n"] or 0)
-    total = int(groups["total"]) if groups.get("total") else None
+    total = int(given) if (given := groups.get("total")) else None
     fields: dict[str, Any] = {"desc": desc.strip(), "n": n, "total": total}
     fields["pct"] = float(pct) if pct else None
     elapsed = groups.get("elapsed")

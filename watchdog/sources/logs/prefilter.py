@@ -14,18 +14,20 @@ key (stdlib, about 25x slower with 40 keys, still far faster than per-line regex
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from watchdog.sources.logs.split import line_spans
 
 try:  # re._parser is the stdlib's own regex parser (sre_parse before 3.11)
     from re import _parser as _sre  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - Python < 3.11
-    import sre_parse as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre
 
-try:
-    import hyperscan as _hs  # type: ignore[import-not-found]
+try:  # an optional binding without type information
+    _hs: Any = importlib.import_module("hyperscan")
 except ImportError:  # pragma: no cover - depends on the platform's wheels
     _hs = None
 
@@ -79,20 +81,20 @@ def _seq_literals(items: list[tuple[object, object]]) -> _Lits | None:
     return best
 
 
-def _item_literals(op: object, av: object) -> _Lits | None:
+def _item_literals(op: object, av: Any) -> _Lits | None:
     """Required literals of one regex item that is not a plain ASCII literal."""
     if op is _sre.SUBPATTERN:
-        group = av[-1]  # type: ignore[index]
-        flags_on = av[1]  # type: ignore[index]
+        group = av[-1]
+        flags_on = av[1]
         return None if flags_on & _sre.SRE_FLAG_IGNORECASE else _seq_literals(list(group))
     if op is _sre.ATOMIC_GROUP:
-        return _seq_literals(list(av))  # type: ignore[arg-type]
+        return _seq_literals(list(av))
     if op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)):
-        low, _high, body = av  # type: ignore[misc]
+        low, _high, body = av
         return _seq_literals(list(body)) if low >= 1 else None
     if op is _sre.BRANCH:
         out: list[str] = []
-        for alt in av[1]:  # type: ignore[index]
+        for alt in av[1]:
             lits = _seq_literals(list(alt))
             if not lits:
                 return None
@@ -184,7 +186,7 @@ def _line_end(block: bytes, pos: int) -> int:
     return nl if nl >= 0 else len(block)
 
 
-def _compile(keys: Sequence[bytes]) -> object | None:
+def _compile(keys: Sequence[bytes]) -> Any:
     """A Hyperscan block-mode database of the keys; None (stdlib scan) if it will not build."""
     db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
     exprs = [re.escape(k) for k in keys]

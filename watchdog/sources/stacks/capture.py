@@ -2,7 +2,7 @@
 
 Every py-spy run has a hard deadline and its process group is killed when it passes (SGLang's
 watchdog blocked forever inside py-spy: sglang #17941). `--subprocesses --json` only prints the
-parent (domain.md section 5), so each pid is dumped on its own, in parallel. `--locals` is off
+parent (py-spy 0.4), so each pid is dumped on its own, in parallel. `--locals` is off
 unless the operator asks: locals can hold user prompts.
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from watchdog.core.capture import CaptureResult
 from watchdog.core.model import ProcInfo, StackSample, ThreadStack
 from watchdog.sources.procenv import tracer_pid
 from watchdog.sources.stacks.parse import (
@@ -39,18 +40,6 @@ __all__ = ["CaptureResult", "StackCapturer", "preflight_pyspy", "resolve_pyspy"]
 
 Runner = Callable[..., subprocess.Popen]
 TRACER_RETRY_S = 0.25  # wait between tries while another tracer holds the target
-
-
-@dataclass(frozen=True)
-class CaptureResult:
-    """The stacks of one capture, the raw dumps for the bundle, and an overall result."""
-
-    samples: tuple[StackSample, ...]
-    raw_text: dict[int, str]
-    raw_json: dict[int, list[dict]]
-    second_text: dict[int, str]
-    result: str  # ok | partial | timeout | permission_denied | not_found | error
-    reason: str
 
 
 @dataclass

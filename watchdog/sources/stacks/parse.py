@@ -1,7 +1,7 @@
 """What py-spy says and whether it can run: its output as model types, its errors with fixes.
 
 Kept apart from the capture machinery in `capture.py` so these small pieces are cheap to test.
-JSON format (domain.md section 5): a list of thread objects with keys `pid`, `thread_id`,
+JSON format (py-spy 0.4 `dump --json`): a list of thread objects with keys `pid`, `thread_id`,
 `thread_name`, `os_thread_id`, `active`, `owns_gil`, `frames`; frames innermost first, each with
 `name`, `filename`, `module`, `short_filename`, `line`, `locals`.
 """

@@ -1,4 +1,4 @@
-"""Simulated `flashinfer/jit/cubin_loader.py` (FlashInfer v0.6.7 shape, domain.md 1.4-1.6).
+"""Simulated `flashinfer/jit/cubin_loader.py` (flashinfer-ai/flashinfer v0.6.7 shape).
 
 Same function names and call chain as upstream, so a py-spy dump of a stalled simulator
 shows what a stalled vLLM shows: `get_cubin_callback` -> `get_cubin` -> `download_file` ->
@@ -32,7 +32,7 @@ logger = logging.getLogger("flashinfer.jit")
 UPSTREAM_REPOSITORY = (
     "https://edge.urm.nvidia.com/artifactory/sw-kernelinferencelibrary-public-generic-local/"
 )
-# jit/core.py format, v0.6.7 and HEAD (domain.md 1.6).
+# flashinfer/jit/core.py's format, v0.6.7 and later.
 LOG_FORMAT = "%(asctime)s - %(levelname)s - %(filename)s:%(lineno)d - flashinfer.jit: %(message)s"
 
 

@@ -1,0 +1,1 @@
+"""Commands: argparse and one `main(argv) -> int` per subcommand of `hang-watchdog`."""
