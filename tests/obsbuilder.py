@@ -26,6 +26,7 @@ from watchdog.core.model import (
     ThreadStack,
     Verdict,
 )
+from watchdog.core.ranks import load_rank_rules
 from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.core.window import Window
 from watchdog.sources.logs.parse import parse_line
@@ -157,9 +158,12 @@ class Timeline:
             self.tick(**kw)
 
 
+RANKS = load_rank_rules()  # the shipped rank rules, as the daemon's window holds them
+
+
 def window_of(obs: Iterable[Observation], span_s: float = 600.0) -> Window:
     """A window holding `obs`, in order."""
-    w = Window(span_s=span_s)
+    w = Window(span_s=span_s, ranks=RANKS)
     for o in obs:
         w.append(o)
     return w
@@ -169,7 +173,7 @@ def verdicts(
     obs: Iterable[Observation], sigs: SignatureSet, th: Thresholds | None = None
 ) -> list[tuple[Observation, Verdict]]:
     """The verdict after each tick, as the daemon would see them."""
-    w, th = Window(), th or Thresholds()
+    w, th = Window(ranks=sigs.ranks), th or Thresholds()
     out = []
     for o in obs:
         w.append(o)

@@ -10,8 +10,11 @@ from pathlib import Path
 from tests.obsbuilder import Timeline, final, frozen_bar, procs, spin
 from watchdog.core.model import GpuSample, Verdict
 from watchdog.core.signatures import load_signatures
+from watchdog.knowledge import load_knowledge
 from watchdog.outputs.emit import format_verdict
 from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident
+
+PACKAGES = load_knowledge().packages  # what the daemon's facts source reads
 
 SGLANG_FACTS = {
     "engine": "sglang",
@@ -58,6 +61,7 @@ def test_unknown_engine_shows_no_engine_line() -> None:
 
 def test_bundle_carries_the_engine_version(tmp_path: Path) -> None:
     env = build_environment(
+        packages=PACKAGES,
         target_pid=None,
         gpus=(GpuSample(0, name="NVIDIA B200", cc="10.0"),),
         facts=SGLANG_FACTS,
@@ -87,14 +91,20 @@ def test_bundle_carries_the_engine_version(tmp_path: Path) -> None:
 def test_operator_engine_package_is_in_the_bundle() -> None:
     facts = {"engine": "acme", "engine_package": "acme-serve", "engine_version": "1.2.3"}
     env = build_environment(
-        target_pid=None, gpus=(), facts={**facts, "acme-serve": "1.2.3"}, driver=None
+        packages=PACKAGES,
+        target_pid=None,
+        gpus=(),
+        facts={**facts, "acme-serve": "1.2.3"},
+        driver=None,
     )
     assert env["engine"] == {"name": "acme", "version": "1.2.3"}
     assert env["versions"]["acme-serve"] == "1.2.3"
 
 
 def test_bundle_without_an_engine_says_so(tmp_path: Path) -> None:
-    env = build_environment(target_pid=None, gpus=(), facts={"vllm": "0.11.0"}, driver=None)
+    env = build_environment(
+        packages=PACKAGES, target_pid=None, gpus=(), facts={"vllm": "0.11.0"}, driver=None
+    )
     assert env["engine"] is None and env["versions"]["vllm"] == "0.11.0"
     path = IncidentWriter(tmp_path / "inc").write(
         Incident(Verdict(state="stalled"), [], None, [], env, 1_760_000_000.0)

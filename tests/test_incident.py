@@ -22,8 +22,11 @@ from watchdog.core.model import (
     Verdict,
 )
 from watchdog.core.timeline import read_timeline
+from watchdog.knowledge import load_knowledge
 from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident
 from watchdog.sources.stacks.capture import CaptureResult, StackCapturer, resolve_pyspy
+
+PACKAGES = load_knowledge().packages  # what the daemon's facts source reads
 
 HF = "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm123456"
 API = "sk-" + "LiveKey0123456789abcdefXYZ"
@@ -89,6 +92,7 @@ def _observations(pid: int, n: int = 3) -> list[Observation]:
 
 def _incident(pid: int, capture: CaptureResult | None, tail: list[str] | None = None) -> Incident:
     env = build_environment(
+        packages=PACKAGES,
         target_pid=pid,
         gpus=(GpuSample(0, uuid="GPU-1", name="NVIDIA GB300", cc="10.3"),),
         facts={"vllm": "0.11.0", "flashinfer-python": "0.6.7", "torch": "2.9.0", "token": HF},
@@ -252,6 +256,7 @@ def test_load_incident_rejects_bad_input_clearly(tmp_path: Path, content, needle
 
 def test_environment_reports_what_it_could_not_read(tmp_path: Path) -> None:
     env = build_environment(
+        packages=PACKAGES,
         target_pid=999_999_999,
         gpus=(),
         facts={"versions": {"flashinfer": "0.6.7.post2"}},
@@ -272,7 +277,12 @@ def test_an_exited_server_keeps_what_was_read_while_it_ran(tmp_path: Path) -> No
         "server_env": {"VLLM_CPU_KVCACHE_SPACE": "1", "FLASHINFER_CUBIN_DIR": "/c"},
     }
     env = build_environment(
-        target_pid=999_999_999, gpus=(), facts=facts, driver=None, proc_root=str(tmp_path)
+        packages=PACKAGES,
+        target_pid=999_999_999,
+        gpus=(),
+        facts=facts,
+        driver=None,
+        proc_root=str(tmp_path),
     )
     assert env["cmdline"][:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "s3cret" not in json.dumps(env["cmdline"])
@@ -290,6 +300,11 @@ def test_a_retitled_servers_fragments_do_not_replace_the_kept_environment(tmp_pa
     (proc / "environ").write_bytes(b"ngine_DP0\0VLLM_CPU\0")  # setproctitle's leftovers
     kept = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     env = build_environment(
-        target_pid=42, gpus=(), facts={"server_env": kept}, driver=None, proc_root=str(tmp_path)
+        packages=PACKAGES,
+        target_pid=42,
+        gpus=(),
+        facts={"server_env": kept},
+        driver=None,
+        proc_root=str(tmp_path),
     )
     assert env["env"] == kept and env["cmdline"] == ["VLLM::APIServer"] and env["errors"] == []

@@ -181,7 +181,7 @@ def _with_ras(addr: str, *, configured: bool, mode: str = "auto") -> object:
     ras = RasSource(RasClient(addr, deadline_s=2), mode=mode, interval_s=60, configured=configured)
     ras.poll()
     ras.wait(10)
-    return WithRas(FactsSource(), ras)
+    return WithRas(FactsSource(packages=()), ras)
 
 
 def test_not_configured_and_absent_is_no_source_at_all(caplog) -> None:

@@ -27,7 +27,7 @@ from watchdog.core.model import GpuSample, Observation, Verdict, to_dict
 from watchdog.core.redact import redact_argv, redact_text, redact_tree, relevant_environ
 from watchdog.core.timeline import write_timeline
 from watchdog.outputs.summary import render_summary
-from watchdog.sources.pyenv import COMMON, PACKAGES
+from watchdog.sources.pyenv import COMMON
 from watchdog.sources.stacks.capture import CaptureResult
 
 log = logging.getLogger("hang_watchdog.incident")
@@ -37,8 +37,6 @@ VERSION_KEYS = {
     "flashinfer-cubin": ("flashinfer-cubin", "flashinfer_cubin"),
     "torch": ("torch",),
 }
-# The shipped engine profiles' own distributions: shown when the server has one installed.
-ENGINE_PACKAGES = tuple(p for p in PACKAGES if p not in COMMON)
 _NAME_RE = re.compile(r"^\d{8}T\d{6}Z-")
 FILE_MODE, DIR_MODE = 0o640, 0o750
 STALE_TMP_S = 3600.0
@@ -63,10 +61,12 @@ def build_environment(
     gpus: Sequence[GpuSample],
     facts: Mapping[str, Any],
     driver: str | None,
+    packages: Sequence[str],
     proc_root: str = "/proc",
 ) -> dict[str, Any]:
     """GPU names and capabilities, driver, package versions, the server's command line and
-    relevant environment variables (redacted), for the bundle."""
+    relevant environment variables (redacted), for the bundle. `packages`: the distributions
+    the facts source reads (Knowledge.packages); the engines' own are shown when installed."""
     merged: dict[str, Any] = dict(facts)
     if isinstance(facts.get("versions"), Mapping):
         merged.update(facts["versions"])
@@ -75,7 +75,7 @@ def build_environment(
         "gpus": [{"index": g.index, "name": g.name, "cc": g.cc, "uuid": g.uuid} for g in gpus],
         "driver": driver,
         "engine": {"name": engine, "version": merged.get("engine_version")} if engine else None,
-        "versions": _versions(merged),
+        "versions": _versions(merged, packages),
         "facts": redact_tree(dict(facts)),
         "target_pid": target_pid,
         "cmdline": None,
@@ -87,9 +87,10 @@ def build_environment(
     return env
 
 
-def _versions(merged: Mapping[str, Any]) -> dict[str, Any]:
+def _versions(merged: Mapping[str, Any], packages: Sequence[str]) -> dict[str, Any]:
     """The engine's distributions that are installed, then FlashInfer's and torch's."""
-    names = (*ENGINE_PACKAGES, merged.get("engine_package"))  # an operator profile's too
+    engines = (p for p in packages if p not in COMMON)
+    names = (*engines, merged.get("engine_package"))  # an operator profile's too
     found = {k: merged[k] for k in names if isinstance(k, str) and isinstance(merged.get(k), str)}
     common = {
         key: next((merged[a] for a in aliases if merged.get(a) is not None), None)
