@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import resources
 
 from watchdog.core.model import (
@@ -56,8 +56,8 @@ class RankRules:
     default, no rules, names no activity: every rank is "other")."""
 
     activities: tuple[Activity, ...] = ()
-    plumbing_files: re.Pattern[str] = field(default=_NOTHING)
-    plumbing_frames: re.Pattern[str] = field(default=_NOTHING)
+    plumbing_files: re.Pattern[str] = _NOTHING
+    plumbing_frames: re.Pattern[str] = _NOTHING
 
 
 @dataclass(frozen=True)
