@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tests.shipped import PATTERNS
 from watchdog.core.classify import Thresholds, classify
 from watchdog.core.model import (
     Connection,
@@ -47,9 +48,10 @@ def sample_lines(name: str) -> list[str]:
 
 
 def events(lines: Iterable[str], sigs: SignatureSet | None = None) -> tuple[LogEvent, ...]:
-    """The LogEvents the real parser makes of `lines`, keeping what the signatures need."""
+    """The LogEvents the real parser makes of `lines` (in the shipped engines' formats, as the
+    daemon's log source reads them), keeping what the signatures need."""
     keep = (sigs or load_signatures()).log_keep_pattern()
-    parsed = (parse_line(line, "test", keep) for line in lines)
+    parsed = (parse_line(line, "test", keep, PATTERNS) for line in lines)
     return tuple(ev for ev in parsed if ev is not None)
 
 
