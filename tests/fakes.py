@@ -19,6 +19,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.shipped import KNOWLEDGE
 from tests.simfixtures import sim_env
 from tests.tickkit import TickKit
 from watchdog.config import build_config
@@ -37,10 +38,10 @@ from watchdog.sim.versions import write_dist_infos
 from watchdog.sources.gpu.backend import FabricInfo
 from watchdog.sources.gpu.fake import FakeGpuBackend
 from watchdog.sources.logs.stackdumps import StackScanner
-from watchdog.sources.pyenv import COMMON, PACKAGES
+from watchdog.sources.pyenv import COMMON
 
 # What the daemon's wiring hands build_environment: the shipped profiles' own distributions.
-ENGINE_PACKAGES = tuple(p for p in PACKAGES if p not in COMMON)
+ENGINE_PACKAGES = tuple(p for p in KNOWLEDGE.packages if p not in COMMON)
 
 
 # -- from test_systemd_units.py -----------------------------------------------------------

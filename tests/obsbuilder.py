@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tests.shipped import PATTERNS
 from watchdog.core.classify import Thresholds, classify
 from watchdog.core.model import (
     Connection,
@@ -26,6 +27,7 @@ from watchdog.core.model import (
     ThreadStack,
     Verdict,
 )
+from watchdog.core.ranks import load_rank_rules
 from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.core.window import Window
 from watchdog.sources.logs.parse import parse_line
@@ -46,9 +48,10 @@ def sample_lines(name: str) -> list[str]:
 
 
 def events(lines: Iterable[str], sigs: SignatureSet | None = None) -> tuple[LogEvent, ...]:
-    """The LogEvents the real parser makes of `lines`, keeping what the signatures need."""
+    """The LogEvents the real parser makes of `lines` (in the shipped engines' formats, as the
+    daemon's log source reads them), keeping what the signatures need."""
     keep = (sigs or load_signatures()).log_keep_pattern()
-    parsed = (parse_line(line, "test", keep) for line in lines)
+    parsed = (parse_line(line, "test", keep, PATTERNS) for line in lines)
     return tuple(ev for ev in parsed if ev is not None)
 
 
@@ -157,9 +160,12 @@ class Timeline:
             self.tick(**kw)
 
 
+RANKS = load_rank_rules()  # the shipped rank rules, as the daemon's window holds them
+
+
 def window_of(obs: Iterable[Observation], span_s: float = 600.0) -> Window:
     """A window holding `obs`, in order."""
-    w = Window(span_s=span_s)
+    w = Window(span_s=span_s, ranks=RANKS)
     for o in obs:
         w.append(o)
     return w
@@ -169,7 +175,7 @@ def verdicts(
     obs: Iterable[Observation], sigs: SignatureSet, th: Thresholds | None = None
 ) -> list[tuple[Observation, Verdict]]:
     """The verdict after each tick, as the daemon would see them."""
-    w, th = Window(), th or Thresholds()
+    w, th = Window(ranks=sigs.ranks), th or Thresholds()
     out = []
     for o in obs:
         w.append(o)

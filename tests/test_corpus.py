@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
+from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
 from watchdog.core.logverdict import name_signatures
@@ -52,7 +53,7 @@ class Replayed:
 @cache
 def replayed(name: str) -> Replayed:
     data = (CORPUS / name).read_bytes()
-    lines, events = read_log(data, SIGS)
+    lines, events = read_log(data, SIGS, PATTERNS)  # as `replay` reads it
     names = tuple(m.signature.id for m in name_signatures(events, SIGS))
     verdict = None if names else log_classes(events, data, SIGS)
     cause = stuck_cause(open_operations(lines, OPS))

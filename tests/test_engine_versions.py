@@ -11,8 +11,11 @@ from tests.fakes import ENGINE_PACKAGES
 from tests.obsbuilder import Timeline, final, frozen_bar, procs, spin
 from watchdog.core.model import GpuSample, Verdict
 from watchdog.core.signatures import load_signatures
+from watchdog.knowledge import load_knowledge
 from watchdog.outputs.emit import format_verdict
 from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident
+
+PACKAGES = load_knowledge().packages  # what the daemon's facts source reads
 
 SGLANG_FACTS = {
     "engine": "sglang",
@@ -59,6 +62,7 @@ def test_unknown_engine_shows_no_engine_line() -> None:
 
 def test_bundle_carries_the_engine_version(tmp_path: Path) -> None:
     env = build_environment(
+        packages=PACKAGES,
         target_pid=None,
         gpus=(GpuSample(0, name="NVIDIA B200", cc="10.0"),),
         facts=SGLANG_FACTS,

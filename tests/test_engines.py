@@ -70,8 +70,9 @@ def test_cli_exits_2_on_a_bad_engine_file(
 
 
 def test_engine_packages_come_from_the_profiles(tmp_path: Path) -> None:
-    from watchdog.sources.pyenv import COMMON, PACKAGES, packages_for
+    from watchdog.sources.pyenv import COMMON, packages_for
 
+    PACKAGES = packages_for(load_engines())  # noqa: N806 - what the knowledge bundle holds
     assert load_engines().get("sglang").distributions == (  # type: ignore[union-attr]
         "sglang",
         "sglang-kernel",

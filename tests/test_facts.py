@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 
+from watchdog.knowledge import load_knowledge
 from watchdog.sources.facts import FactsSource, trtllm_attention
+
+# The distributions the daemon reads: the shipped profiles' and FlashInfer's and torch's.
+KNOWN = load_knowledge()
+PACKAGES, MODULES = KNOWN.packages, KNOWN.modules
 
 SLEEPER = "import time; time.sleep(600)"
 Spawn = Callable[..., subprocess.Popen[Any]]
@@ -75,7 +80,7 @@ def test_facts_of_a_python_target_without_blocking(spawn: Spawn) -> None:
     env = {"FLASHINFER_CUBINS_REPOSITORY": "https://mirror.example/cubins/"}
     p = spawn(argv, env)
     versions = GatedVersions({"flashinfer-python": "0.6.7", "vllm": "0.11.0", "torch": None})
-    src = FactsSource(versions=versions)
+    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=versions)
     early = src.read(p.pid)  # the lookup is blocked: poll still answers
     assert early["python"] == os.path.realpath(sys.executable)
     assert early["cmdline"] == argv and early["flashinfer-python"] is None
@@ -98,7 +103,7 @@ def test_new_target_pid_gets_fresh_facts(spawn: Spawn) -> None:
     b = spawn([sys.executable, "-c", SLEEPER, "--attention-config.use_trtllm_attention", "1"])
     versions = GatedVersions({"vllm": "0.9.2"})
     versions.release.set()
-    src = FactsSource(versions=versions)
+    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=versions)
     fa = src.read(a.pid)
     assert fa["flashinfer_no_download"] is True and fa["trtllm_attention"] is None
     fb = src.read(b.pid)
@@ -110,7 +115,7 @@ def test_non_python_target_has_no_versions(spawn: Spawn) -> None:
     sleep = shutil.which("sleep") or "/bin/sleep"
     p = spawn([sleep, "600"], {"VLLM_USE_TRTLLM_ATTENTION": "0"})
     versions = GatedVersions({})
-    src = FactsSource(versions=versions)
+    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=versions)
     facts = src.read(p.pid)
     assert facts["python"] is None and facts["vllm"] is None
     assert facts["trtllm_attention"] is False
@@ -123,7 +128,7 @@ def test_failed_lookup_marks_down_and_keeps_facts(spawn: Spawn) -> None:
     def broken(pid: int, python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
         raise RuntimeError("interpreter exited with status 1")
 
-    src = FactsSource(versions=broken)
+    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=broken)
     assert src.read(p.pid)["cmdline"]
     _wait(lambda: not src.health.up)
     assert "status 1" in (src.health.last_error or "")
@@ -131,7 +136,7 @@ def test_failed_lookup_marks_down_and_keeps_facts(spawn: Spawn) -> None:
 
 
 def test_no_target_and_vanished_target() -> None:
-    src = FactsSource(versions=GatedVersions({}))
+    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=GatedVersions({}))
     assert src.read(None) == {}
     facts = src.read(2**22 + 12345)
     assert facts["cmdline"] == [] and facts["python"] is None and not src.health.up
@@ -144,7 +149,8 @@ def test_real_version_lookup_in_the_target_environment(spawn: Spawn, tmp_path: P
         "Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.7\n"
     )
     p = spawn([sys.executable, "-c", SLEEPER], {"PYTHONPATH": str(tmp_path)})
-    src = FactsSource()  # default lookup: watchdog.sources.pyenv, run with the target's environment
+    # The default lookup: watchdog.sources.pyenv, run with the target's environment.
+    src = FactsSource(packages=PACKAGES, modules=MODULES)
     facts = _wait(lambda: (f := src.read(p.pid))["flashinfer-python"] and f)
     assert facts["flashinfer-python"] == "0.6.7" and facts["flashinfer-cubin"] is None
 
@@ -181,7 +187,7 @@ def test_versions_come_from_the_target_root_in_a_sidecar(tmp_path: Path) -> None
     server = {"vllm": "0.11.2", "flashinfer-python": "0.6.7", "flashinfer-cubin": "0.6.7"}
     for name, version in {**server, "torch": "2.9.0+cu130"}.items():
         write_dist(site, name, version)
-    src = FactsSource(proc_root=str(proc))
+    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
     facts = _wait(lambda: (f := src.read(SIDECAR_PID))["vllm"] and f)
     assert {k: facts[k] for k in server} == server and facts["torch"] == "2.9.0+cu130"
     assert facts["flashinfer-jit-cache"] is None and facts["python"] == "/usr/bin/python3.12"
@@ -192,7 +198,7 @@ def test_nothing_under_the_root_falls_back_to_the_interpreter(tmp_path: Path) ->
     write_dist(tmp_path / "site", "flashinfer-cubin", "0.6.7.post2")
     env = {"PYTHONPATH": str(tmp_path / "site")}
     proc = fake_proc(tmp_path, os.path.realpath(sys.executable), env, sys.executable)
-    src = FactsSource(proc_root=str(proc))
+    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
     facts = _wait(lambda: (f := src.read(SIDECAR_PID))["flashinfer-cubin"] and f)
     assert facts["flashinfer-cubin"] == "0.6.7.post2" and src.health.up
 
@@ -205,7 +211,7 @@ def test_another_mount_namespace_never_runs_the_interpreter_here(tmp_path: Path)
     for pid, ns in ((str(SIDECAR_PID), "mnt:[4026532999]"), ("self", "mnt:[4026531841]")):
         (proc / pid / "ns").mkdir(parents=True)
         (proc / pid / "ns" / "mnt").symlink_to(ns)
-    src = FactsSource(proc_root=str(proc))
+    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
     assert src.read(SIDECAR_PID)["cmdline"]
     _wait(lambda: not src.health.up)
     assert "another mount namespace" in (src.health.last_error or "")
@@ -250,7 +256,13 @@ def test_same_target_environment_is_read_again_only_every_recheck_s(tmp_path: Pa
     env = {"FLASHINFER_CUBINS_REPOSITORY": "https://one.example/"}
     proc = fake_proc(tmp_path, "/nonexistent/bin/true", env, "true")
     now = [100.0]
-    src = FactsSource(proc_root=str(proc), clock=lambda: now[0], recheck_s=10.0)
+    src = FactsSource(
+        packages=PACKAGES,
+        modules=MODULES,
+        proc_root=str(proc),
+        clock=lambda: now[0],
+        recheck_s=10.0,
+    )
     assert src.read(SIDECAR_PID)["cubins_repository"] == "https://one.example/"
     environ = proc / str(SIDECAR_PID) / "environ"
     environ.write_bytes(b"FLASHINFER_CUBINS_REPOSITORY=https://two.example/\0")
@@ -285,7 +297,7 @@ def test_sglang_environment_reports_the_engine_version(tmp_path: Path) -> None:
     engines = load_engines()
     ref = EngineRef(engines)
     ref.observe("python3 -m sglang.launch_server --model-path m", [])
-    src = FactsSource(proc_root=str(proc), engine=ref)
+    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc), engine=ref)
     facts = _wait(lambda: (f := src.read(SIDECAR_PID))["sglang"] and f)
     assert {k: facts[k] for k in dists} == dists and facts["vllm"] is None
     assert facts["sgl-kernel"] is None and facts["tensorrt_llm"] is None
@@ -316,7 +328,7 @@ def test_operator_profile_package_is_collected(tmp_path: Path) -> None:
     assert (facts["acme-serve"], facts["acme-kernels"], facts["torch"]) == ("1.2.3", "0.9", "2.9.0")
     assert facts["engine"] == "acme" and facts["engine_version"] == "1.2.3"
     # Without the operator's list the shipped one has no idea of acme's packages.
-    plain = FactsSource(proc_root=str(proc))
+    plain = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
     assert "acme-serve" not in _wait(lambda: (f := plain.read(SIDECAR_PID))["torch"] and f)
 
 
@@ -334,7 +346,13 @@ def test_a_retitled_server_environment_comes_from_the_child_that_keeps_it(tmp_pa
     (pid_dir / "task" / str(SIDECAR_PID)).mkdir(parents=True)
     (pid_dir / "task" / str(SIDECAR_PID) / "children").write_text("4343 ")
     now = [0.0]
-    src = FactsSource(proc_root=str(proc), clock=lambda: now[0], recheck_s=10.0)
+    src = FactsSource(
+        packages=PACKAGES,
+        modules=MODULES,
+        proc_root=str(proc),
+        clock=lambda: now[0],
+        recheck_s=10.0,
+    )
     facts = src.read(SIDECAR_PID)
     assert facts["cubins_repository"] == "http://127.0.0.1:9/"
     assert facts["server_env"] == env

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.obsbuilder import Timeline, events, final, frozen_bar, procs
+from tests.shipped import PATTERNS
 from watchdog.commands.replaylog import read_log
 from watchdog.core.logverdict import name_signatures
 from watchdog.core.signatures import SignatureSet, load_signatures
@@ -17,7 +18,7 @@ def sigs() -> SignatureSet:
 
 
 def named(text: str, sigs: SignatureSet) -> list[str]:
-    _, evs = read_log(text.encode(), sigs)
+    _, evs = read_log(text.encode(), sigs, PATTERNS)
     return [m.signature.id for m in name_signatures(evs, sigs)]
 
 
@@ -217,7 +218,7 @@ def test_v0_no_memory_for_cache_blocks_is_a_crash(sigs: SignatureSet, tmp_path) 
         b"ValueError: No available memory for the cache blocks. Try increasing "
         b"`gpu_memory_utilization` when initializing the engine.\n"
     )
-    _, evs = read_log(text, sigs)
+    _, evs = read_log(text, sigs, PATTERNS)
     cv = log_classes(evs, text, sigs)
     assert cv is not None and cv.primary.cls.id == "crashed"
 

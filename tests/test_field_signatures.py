@@ -20,6 +20,7 @@ from tests.obsbuilder import (
     spin,
     stack,
 )
+from tests.shipped import PATTERNS
 from watchdog.core.classify import Thresholds
 from watchdog.core.logverdict import name_signatures
 from watchdog.core.model import ServerSample, Verdict
@@ -42,7 +43,7 @@ def lines(name: str) -> list[str]:
 def named(log: list[str], sigs: SignatureSet) -> list[str]:
     from watchdog.commands.replaylog import read_log
 
-    _, evs = read_log(("\n".join(log) + "\n").encode(), sigs)
+    _, evs = read_log(("\n".join(log) + "\n").encode(), sigs, PATTERNS)
     return [m.signature.id for m in name_signatures(evs, sigs)]
 
 
@@ -279,12 +280,12 @@ def test_a_line_that_reports_a_step_is_no_log_stall(name: str, sigs: SignatureSe
     from watchdog.commands.replaylog import read_log
     from watchdog.core.logverdict import log_stall
 
-    _, evs = read_log((CORPUS / name).read_bytes(), sigs)
+    _, evs = read_log((CORPUS / name).read_bytes(), sigs, PATTERNS)
     assert [e for e in evs if e.kind == "stats"], name
     assert log_stall(evs) is None
     # A vLLM stats line with zero throughput and a request running still is one (vllm #21148).
     _, stalled = read_log(
-        (CORPUS / "n90_vllm21148_guided_json_running1_zero.log").read_bytes(), sigs
+        (CORPUS / "n90_vllm21148_guided_json_running1_zero.log").read_bytes(), sigs, PATTERNS
     )
     assert log_stall(stalled) is not None
 
@@ -308,7 +309,12 @@ def test_live_log_source_turns_a_dump_in_the_log_into_stack_evidence(
     rules through the live log source, with no py-spy run of the watchdog's own."""
     log = tmp_path / "server.log"
     log.write_text("", encoding="utf-8")
-    src = LogSource([FileFollower(log, from_start=True)], keep=sigs.log_keep_pattern())
+    src = LogSource(
+        [FileFollower(log, from_start=True)],
+        keep=sigs.log_keep_pattern(),
+        ops=sigs.ops,
+        patterns=PATTERNS,
+    )
     tl = Timeline(gpus=(gpu(0.0, 0.0),), server=ServerSample(up=True, health_status=200))
     onset = frozen_bar(tl, 1)
     assert onset
@@ -329,7 +335,12 @@ def _live(tmp_path: Path, sigs: SignatureSet, name: str, gpu_line: str) -> Verdi
     in-log stack evidence) and a `file:` GPU source (sources/gpu/file.py) fed `gpu_line`."""
     log, gpus = tmp_path / "server.log", tmp_path / "gpu.jsonl"
     log.write_text("", encoding="utf-8")
-    src = LogSource([FileFollower(log, from_start=True)], keep=sigs.log_keep_pattern())
+    src = LogSource(
+        [FileFollower(log, from_start=True)],
+        keep=sigs.log_keep_pattern(),
+        ops=sigs.ops,
+        patterns=PATTERNS,
+    )
     gsrc = GpuFileSource(gpus)
     tl = Timeline(procs=procs(), server=ServerSample(up=True, health_status=200))
     with gpus.open("a", encoding="utf-8") as fh:

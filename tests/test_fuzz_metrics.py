@@ -9,7 +9,10 @@ from hypothesis import strategies as st
 
 from tests.fuzzkit import FUZZ, growth
 from watchdog.core.model import ServerSample
-from watchdog.sources.server import parse_server_metrics
+from watchdog.engines.loader import load_engines
+from watchdog.sources.server import parse_server_metrics, samples_of
+
+SAMPLES = samples_of(load_engines())  # every shipped profile's samples
 
 # Pieces of real exposition text (vLLM, SGLang and TensorRT-LLM names from the shipped
 # profiles) and the hostile values a server or a proxy can put in their place.
@@ -38,7 +41,7 @@ LINE = st.one_of(
 
 def _parsed_or_refused(text: str) -> None:
     try:
-        sample = parse_server_metrics(text)
+        sample = parse_server_metrics(text, SAMPLES)
     except ValueError as exc:
         assert "/metrics" in str(exc)  # the message says what was wrong
         return
@@ -64,5 +67,5 @@ def test_a_page_of_unrelated_series_parses_in_linear_time() -> None:
         wanted = "vllm:generation_tokens_total 5\n"
         return wanted + "".join(f'other_metric{{id="{i}"}} {i}\n' for i in range(n))
 
-    ratio = growth(page, lambda text: parse_server_metrics(text), 5000)  # type: ignore[arg-type]
+    ratio = growth(page, lambda text: parse_server_metrics(text, SAMPLES), 5000)  # type: ignore[arg-type]
     assert ratio < 24, f"8x the page took {ratio:.0f}x the time (linear is ~8)"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.obsbuilder import Timeline, events, final, procs
+from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
 from watchdog.core.logverdict import name_signatures
@@ -37,7 +38,7 @@ def replay(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def shown(text: str, sigs: SignatureSet) -> str | None:
     data = text.encode()
-    _, evs = read_log(data, sigs)
+    _, evs = read_log(data, sigs, PATTERNS)
     if name_signatures(evs, sigs):
         return "signature"
     cv = log_classes(evs, data, sigs)
@@ -156,7 +157,7 @@ def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None
         "[rank0]: RuntimeError: rpc call timed out after 300 s\nSegmentation fault (core dumped)\n"
     )
     data = text.encode()
-    _, evs = read_log(data, sigs)
+    _, evs = read_log(data, sigs, PATTERNS)
     cv = log_classes(evs, data, sigs)
     assert cv is not None and cv.primary.cls.id == "timed_out" and cv.state == "dead"
 

@@ -23,8 +23,11 @@ from watchdog.core.model import (
     Verdict,
 )
 from watchdog.core.timeline import read_timeline
+from watchdog.knowledge import load_knowledge
 from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident
 from watchdog.sources.stacks.capture import CaptureResult, StackCapturer, resolve_pyspy
+
+PACKAGES = load_knowledge().packages  # what the daemon's facts source reads
 
 HF = "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm123456"
 API = "sk-" + "LiveKey0123456789abcdefXYZ"
@@ -90,6 +93,7 @@ def _observations(pid: int, n: int = 3) -> list[Observation]:
 
 def _incident(pid: int, capture: CaptureResult | None, tail: list[str] | None = None) -> Incident:
     env = build_environment(
+        packages=PACKAGES,
         target_pid=pid,
         gpus=(GpuSample(0, uuid="GPU-1", name="NVIDIA GB300", cc="10.3"),),
         facts={"vllm": "0.11.0", "flashinfer-python": "0.6.7", "torch": "2.9.0", "token": HF},
@@ -254,6 +258,7 @@ def test_load_incident_rejects_bad_input_clearly(tmp_path: Path, content, needle
 
 def test_environment_reports_what_it_could_not_read(tmp_path: Path) -> None:
     env = build_environment(
+        packages=PACKAGES,
         target_pid=999_999_999,
         gpus=(),
         facts={"versions": {"flashinfer": "0.6.7.post2"}},

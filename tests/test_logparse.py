@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import collections
+import functools
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.shipped import PATTERNS
 from watchdog.core.model import LogEvent
-from watchdog.sources.logs.parse import clean_line, parse_elapsed, parse_line
+from watchdog.sources.logs import parse
+from watchdog.sources.logs.parse import clean_line, parse_elapsed
+
+# Lines read in the shipped engines' formats, as the daemon's log source reads them.
+parse_line = functools.partial(parse.parse_line, patterns=PATTERNS)
+
 
 DATA = Path(__file__).parent / "data" / "logs"
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import GOOD, STANDIN, install_journalctl
+from tests.shipped import PATTERNS
 from tests.simfixtures import run_watchdog
 from watchdog.config import Config
 from watchdog.core.model import LogEvent
@@ -51,7 +52,7 @@ def test_two_sources_with_different_formats_do_not_interfere(tmp_path: Path) -> 
     log.write_text(f"{ACME}\n", encoding="utf-8")
     acme = LogPatterns.from_engines(load_engines([profile(tmp_path)]))
     with_acme = LogSource([FileFollower(log, from_start=True)], patterns=acme)
-    shipped = LogSource([FileFollower(log, from_start=True)])  # built after: changes nothing
+    shipped = LogSource([FileFollower(log, from_start=True)], patterns=PATTERNS)  # built after
     assert acme_stats(list(with_acme.poll())) and not acme_stats(list(shipped.poll()))
     with log.open("a", encoding="utf-8") as fh:
         fh.write(f"{ACME}\n")
@@ -98,7 +99,7 @@ def test_wiring_hands_the_profiles_formats_to_file_journal_and_supervised_reader
         built.supervisor.stop(grace_s=5)  # type: ignore[union-attr]
         built.close()
     # A source built without the profile (the shipped formats) does not read the acme line.
-    plain = LogSource([FileFollower(log, from_start=True)])
+    plain = LogSource([FileFollower(log, from_start=True)], patterns=PATTERNS)
     assert not acme_stats(list(plain.poll()))
     plain.close()
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.shipped import PATTERNS
 from watchdog.sources.logs.source import FileFollower, LogSource, StreamReader
 
 DATA = Path(__file__).parent / "data" / "logs"
@@ -166,7 +167,9 @@ def test_stream_reader_drops_oldest_when_consumer_falls_behind() -> None:
 def test_log_source_parses_real_file_and_keeps_tail(tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text("")
-    source = LogSource([FileFollower(log)], keep=re.compile("EngineDeadError"), tail_lines=50)
+    source = LogSource(
+        [FileFollower(log)], keep=re.compile("EngineDeadError"), tail_lines=50, patterns=PATTERNS
+    )
     assert source.poll() == ()
     assert source.health.up
     sample = (DATA / "f_tt3359_docker_timestamp_prefix.log").read_bytes()
@@ -184,7 +187,7 @@ def test_log_source_parses_real_file_and_keeps_tail(tmp_path: Path) -> None:
 
 
 def test_log_source_marks_itself_down_for_a_missing_file(tmp_path: Path) -> None:
-    source = LogSource([FileFollower(tmp_path / "nope.log")])
+    source = LogSource([FileFollower(tmp_path / "nope.log")], patterns=PATTERNS)
     assert source.poll() == ()
     assert not source.health.up
     assert source.health.last_error is not None and "nope.log" in source.health.last_error
@@ -201,7 +204,7 @@ def test_log_source_cap_keeps_important_events_and_last_redraw_per_bar() -> None
         "INFO 04-09 02:05:52 [loader.py:447] Loading weights took 33.15 seconds",
     ]
     lines = redraws[:450] + important[:1] + capture + redraws[450:] + important[1:]
-    source = LogSource([ListReader("child", lines)], max_events_per_tick=10)
+    source = LogSource([ListReader("child", lines)], max_events_per_tick=10, patterns=PATTERNS)
     events = source.poll()
     assert [ev.kind for ev in events] == ["jit", "capture", "progress", "milestone"]
     assert events[1].fields["n"] == 49 and events[2].fields["n"] == 899
@@ -212,7 +215,7 @@ def test_log_source_cap_still_bounded_when_important_events_flood() -> None:
     lines = [
         f"INFO 04-09 02:05:52 [loader.py:447] Loading weights took {i}.0 seconds" for i in range(30)
     ]
-    source = LogSource([ListReader("f", lines)], max_events_per_tick=5)
+    source = LogSource([ListReader("f", lines)], max_events_per_tick=5, patterns=PATTERNS)
     events = source.poll()
     assert [ev.fields["seconds"] for ev in events] == [25.0, 26.0, 27.0, 28.0, 29.0]
 
@@ -220,7 +223,7 @@ def test_log_source_cap_still_bounded_when_important_events_flood() -> None:
 def test_log_source_reports_reader_errors_and_closes_readers() -> None:
     bad = ListReader("bad", ["Application startup complete."], error="cannot read x")
     good = ListReader("good", [])
-    source = LogSource([bad, good])
+    source = LogSource([bad, good], patterns=PATTERNS)
     events = source.poll()
     assert [ev.fields["name"] for ev in events] == ["startup_complete"]
     assert not source.health.up and source.health.last_error == "cannot read x"
@@ -239,7 +242,7 @@ def test_a_bar_frozen_before_attach_is_still_seen(tmp_path: Path) -> None:
         "(EngineCore pid=1) ERROR 11-30 08:00:00 [core.py:1] EngineDeadError: old news\n"
         f"Processed prompts:   0%|          | 0/768 [00:00<?, ?it/s]\r{bar}"
     )
-    events = LogSource([FileFollower(log)]).poll()
+    events = LogSource([FileFollower(log)], patterns=PATTERNS).poll()
     assert [(e.kind, e.fields.get("n"), e.fields.get("total")) for e in events] == [
         ("progress", 0, 768)
     ]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import DATA, STACKS, workload
+from tests.shipped import PATTERNS
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops
 from watchdog.core.signatures import load_signatures
@@ -56,13 +57,13 @@ def old_path(pieces: list[bytes], source: str = "t") -> tuple[list[LogEvent], in
         line = clean_line(raw)
         events += stacks.feed(line, source)
         if line:
-            events += parse_text(line, source, KEEP)
+            events += parse_text(line, source, KEEP, PATTERNS)
     return events + stacks.flush(source), len(lines)
 
 
 def new_path(pieces: list[bytes], prefilter: Prefilter) -> tuple[list[LogEvent], int]:
     splitter, stacks = BlockSplitter(), StackScanner()
-    walker = StackBlocks(BlockScanner(KEEP, prefilter=prefilter))
+    walker = StackBlocks(BlockScanner(KEEP, prefilter=prefilter, patterns=PATTERNS))
     events: list[LogEvent] = []
     count = 0
     blocks = [splitter.feed(piece) for piece in pieces] + [splitter.flush()]
@@ -79,7 +80,7 @@ def new_path(pieces: list[bytes], prefilter: Prefilter) -> tuple[list[LogEvent],
 @pytest.mark.parametrize("hyperscan", [True, False])
 def test_block_path_keeps_exactly_the_events_of_the_line_path(seed: int, hyperscan: bool) -> None:
     pieces = chunks(workload(seed), seed)
-    prefilter = prefilter_for(KEEP, hyperscan=hyperscan)
+    prefilter = prefilter_for(KEEP, hyperscan=hyperscan, patterns=PATTERNS)
     assert prefilter.engine == ("hyperscan" if hyperscan else "find")
     old_events, old_count = old_path(pieces)
     new_events, new_count = new_path(pieces, prefilter)
@@ -102,7 +103,7 @@ def test_the_verdict_of_a_replayed_log_is_unchanged(tmp_path: Path) -> None:
     sigs = load_signatures()
     pieces = [workload(7)]
     old = name_signatures(old_path(pieces)[0], sigs)
-    new = name_signatures(new_path(pieces, prefilter_for(KEEP))[0], sigs)
+    new = name_signatures(new_path(pieces, prefilter_for(KEEP, patterns=PATTERNS))[0], sigs)
     assert [(m.signature.id, m.confidence, m.lines) for m in new] == [
         (m.signature.id, m.confidence, m.lines) for m in old
     ]
@@ -130,7 +131,7 @@ def test_live_source_keeps_the_same_events_and_tail_as_the_line_path(tmp_path: P
     log = tmp_path / "vllm.log"
     log.write_bytes(b"")
     keep = load_signatures().log_keep_pattern()
-    kw = {"keep": keep, "max_events_per_tick": 10**6, "tail_lines": 300}
+    kw = {"keep": keep, "patterns": PATTERNS, "max_events_per_tick": 10**6, "tail_lines": 300}
     new = LogSource([FileFollower(log)], **kw)  # type: ignore[arg-type]
     old = LogSource([LinesOnly(FileFollower(log))], **kw)  # type: ignore[arg-type]
     assert new.poll() == old.poll() == ()
@@ -186,9 +187,9 @@ def test_required_literals(pattern: str, literals: tuple[str, ...] | None) -> No
 
 def test_every_kept_sample_line_holds_a_key() -> None:
     """The keys really are necessary conditions on the real samples."""
-    keys = [*literal_keys(), *(required_literals(KEEP) or ())]
+    keys = [*literal_keys(PATTERNS), *(required_literals(KEEP) or ())]
     lines = [ln for p in sorted(DATA.glob("*.log")) for ln in p.read_text().splitlines()]
-    kept = [e.line for e in parse_lines(lines, "t", KEEP)]
+    kept = [e.line for e in parse_lines(lines, "t", KEEP, PATTERNS)]
     assert kept and all(any(k in line for k in keys) for line in kept)
 
 
@@ -279,9 +280,9 @@ def test_replay_reads_the_same_records_and_events_as_the_line_path() -> None:
         events += stacks.feed(cleaned, "replay")
         for rec in split_records(cleaned):
             records.append(rec)
-            ev = parse_line(rec, "replay", keep)
+            ev = parse_line(rec, "replay", keep, PATTERNS)
             if ev is not None:
                 events.append(ev)
     events += stacks.flush("replay")
     assert any(e.kind == "stack" for e in events)
-    assert read_log(data, sigs) == (records, events)
+    assert read_log(data, sigs, PATTERNS) == (records, events)

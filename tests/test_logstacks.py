@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.shipped import PATTERNS
 from watchdog.core.logdumps import log_stacks
 from watchdog.sources.logs.parse import clean_line
 from watchdog.sources.logs.split import LineSplitter
@@ -265,7 +266,7 @@ def test_a_dump_in_one_journal_record_reaches_the_log_source(
     dump = "\n".join(lines("n02_sgl12076_compose_pyspy_dump_eagle.log")[15:])
     record = {"__CURSOR": "s=1", "MESSAGE": dump}
     (tmp_path / "out").write_text(json.dumps(record) + "\n")
-    source = LogSource([JournalReader("sglang.service", output="json")])
+    source = LogSource([JournalReader("sglang.service", output="json")], patterns=PATTERNS)
     found = []
     try:
         deadline = time.monotonic() + 20

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.obsbuilder import Timeline, final, frozen_bar, gpu
+from tests.shipped import PATTERNS
 from tests.simfixtures import sim_env
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import keep_with_ops, load_ops, open_operations, stuck_cause
@@ -53,7 +54,7 @@ JIT = "s_j_ktrun13_flashinfer_jit_old_format.log"
 def events(lines: list[str], sigs: SignatureSet) -> tuple[LogEvent, ...]:
     """What the live log source hands the classifier: signature lines plus operation lines."""
     keep = keep_with_ops(sigs.log_keep_pattern(), OPS)
-    return tuple(e for e in (parse_line(x, "test", keep) for x in lines) if e is not None)
+    return tuple(e for e in (parse_line(x, "test", keep, PATTERNS) for x in lines) if e is not None)
 
 
 def jit_cut(tmp_path: Path) -> Path:

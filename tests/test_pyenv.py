@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -11,7 +12,18 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import write_dist
-from watchdog.sources.pyenv import PACKAGES, PyEnvError, package_versions, versions_under_root
+from watchdog.engines.loader import load_engines
+from watchdog.sources import pyenv
+from watchdog.sources.pyenv import PyEnvError
+
+# The lists the daemon's knowledge bundle derives from the shipped profiles (watchdog/knowledge.py).
+ENGINES = load_engines()
+PACKAGES = pyenv.packages_for(ENGINES)
+MODULES = pyenv.modules_for(ENGINES)
+package_versions = functools.partial(pyenv.package_versions, packages=PACKAGES, modules=MODULES)
+versions_under_root = functools.partial(
+    pyenv.versions_under_root, packages=PACKAGES, modules=MODULES
+)
 
 
 def script(path: Path, body: str) -> Path:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from tests.obsbuilder import Timeline, window_of
+from tests.shipped import PATTERNS
 from watchdog.core.model import (
     Frame,
     GpuSample,
@@ -18,7 +20,11 @@ from watchdog.core.model import (
 )
 from watchdog.core.rankprogress import first_to_stop, rank_progress
 from watchdog.outputs.fleet import LAST_PROGRESS, FleetLabels, fleet_series
-from watchdog.sources.logs.parse import parse_line
+from watchdog.sources.logs import parse
+
+# Lines read in the shipped engines' formats, as the daemon's log source reads them.
+parse_line = functools.partial(parse.parse_line, patterns=PATTERNS)
+
 
 BUSY = 0.15
 TP = 4

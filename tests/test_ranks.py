@@ -14,8 +14,10 @@ from watchdog.core.model import (
     from_dict,
     to_dict,
 )
-from watchdog.core.ranks import attribute, describe, role_and_rank
+from watchdog.core.ranks import attribute, describe, load_rank_rules, role_and_rank
 from watchdog.outputs.summary import render_summary
+
+RULES = load_rank_rules()  # the shipped ranks.toml, as SignatureSet.ranks holds it
 
 DOWNLOAD = (
     Frame("recv_into", "/usr/lib/python3.12/socket.py", 720),
@@ -53,7 +55,7 @@ def test_download_rank_is_the_cause_and_the_others_wait() -> None:
     procs, stacks = _tp(frames)
     gpus = [GpuSample(i, pids=(100 + i,)) for i in range(4)]
     conns = [Connection(102, "edge.urm.nvidia.com", "1.2.3.4", 443, "ESTABLISHED", 30.0)]
-    attr = attribute(procs, stacks, gpus, conns)
+    attr = attribute(procs, stacks, gpus, conns, kb=RULES)
     assert attr.cause_rank == 2 and attr.cause_role == "worker"
     assert attr.waiting_ranks == (0, 1, 3)
     cause = next(v for v in attr.views if v.part == "cause")
@@ -68,19 +70,19 @@ def test_download_rank_is_the_cause_and_the_others_wait() -> None:
 
 def test_spinning_rank_is_the_cause() -> None:
     procs, stacks = _tp({0: COLLECTIVE, 1: SPIN, 2: COLLECTIVE, 3: COLLECTIVE})
-    attr = attribute(procs, stacks)
+    attr = attribute(procs, stacks, kb=RULES)
     assert attr.cause_rank == 1 and attr.waiting_ranks == (0, 2, 3)
     assert next(v for v in attr.views if v.rank == 1).activity == "gpu_wait"
 
 
 def test_a_download_outranks_a_gpu_wait() -> None:
     procs, stacks = _tp({0: SPIN, 1: DOWNLOAD, 2: COLLECTIVE})
-    assert attribute(procs, stacks).cause_rank == 1
+    assert attribute(procs, stacks, kb=RULES).cause_rank == 1
 
 
 def test_the_rank_not_in_the_collective_is_the_cause_when_no_known_cause_shows() -> None:
     procs, stacks = _tp({0: COLLECTIVE, 1: COLLECTIVE, 2: BUSY, 3: COLLECTIVE})
-    attr = attribute(procs, stacks)
+    attr = attribute(procs, stacks, kb=RULES)
     assert attr.cause_rank == 2 and attr.waiting_ranks == (0, 1, 3)
     assert next(v for v in attr.views if v.rank == 2).frame == "forward (llama.py:300)"
 
@@ -88,7 +90,7 @@ def test_the_rank_not_in_the_collective_is_the_cause_when_no_known_cause_shows()
 def test_every_rank_waiting_names_no_cause_here() -> None:
     """The cause is on another node: this node's ranks all wait, none is blamed."""
     procs, stacks = _tp({r: COLLECTIVE for r in range(4)})
-    attr = attribute(procs, stacks)
+    attr = attribute(procs, stacks, kb=RULES)
     assert attr.cause_rank is None and attr.waiting_ranks == (0, 1, 2, 3)
     assert describe(attr) == ""
 
@@ -104,14 +106,14 @@ def test_ranks_from_vllm_and_sglang_titles_when_no_profile_set_them() -> None:
     profiled = ProcInfo(1, 0, "p", "VLLM::Worker_TP3", role="worker", rank=9)
     assert role_and_rank(profiled) == ("worker", 9)
     procs, stacks = _tp({0: COLLECTIVE, 1: DOWNLOAD}, profile=False)
-    assert attribute(procs, stacks).cause_rank == 1
+    assert attribute(procs, stacks, kb=RULES).cause_rank == 1
 
 
 def test_tp1_engine_core_is_rank_0() -> None:
     engine = ProcInfo(50, 10, "python", "VLLM::EngineCore")
     api = ProcInfo(10, 1, "python", "vllm serve m")
     stacks = [_stack(50, DOWNLOAD), _stack(10, BUSY)]
-    attr = attribute([api, engine], stacks)
+    attr = attribute([api, engine], stacks, kb=RULES)
     assert attr.cause_rank == 0 and attr.cause_role == "EngineCore"
 
 
@@ -124,11 +126,11 @@ def test_plumbing_frames_are_skipped_and_failed_dumps_say_so() -> None:
     engine = ProcInfo(50, 10, "python", "VLLM::EngineCore")
     failed = StackSample(101, "VLLM::Worker_TP1", error="py-spy timed out")
     procs = [engine, _worker(0), _worker(1)]
-    attr = attribute(procs, [_stack(50, native), _stack(100, COLLECTIVE), failed])
+    attr = attribute(procs, [_stack(50, native), _stack(100, COLLECTIVE), failed], kb=RULES)
     by_pid = {v.pid: v for v in attr.views}
     assert by_pid[50].frame == "collective_rpc (multiproc_executor.py:250)"
     assert by_pid[101].activity == "no_stacks"
-    assert attribute(procs, []).views == ()
+    assert attribute(procs, [], kb=RULES).views == ()
 
 
 def test_verdict_round_trips_with_ranks_and_old_verdicts_still_load() -> None:
@@ -148,7 +150,7 @@ def test_verdict_round_trips_with_ranks_and_old_verdicts_still_load() -> None:
 
 def test_summary_has_a_ranks_table() -> None:
     procs, stacks = _tp({0: COLLECTIVE, 1: DOWNLOAD})
-    attr = attribute(procs, stacks)
+    attr = attribute(procs, stacks, kb=RULES)
     v = Verdict(
         state="hung",
         signature="cubin_download_stall",

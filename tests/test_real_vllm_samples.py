@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.shipped import PATTERNS
 from watchdog.sources.logs.parse import parse_line
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"
@@ -25,7 +26,7 @@ def replay(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def events(path: Path) -> list[tuple[str, object]]:
-    return [(line, parse_line(line)) for line in path.read_text().splitlines()]
+    return [(line, parse_line(line, patterns=PATTERNS)) for line in path.read_text().splitlines()]
 
 
 def test_startup_milestones_version_and_stats_are_read() -> None:

@@ -14,8 +14,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from watchdog.engines.detect import EngineRef
+from watchdog.engines.loader import load_engines
 from watchdog.sources.httpget import HttpGet
-from watchdog.sources.server import ServerSource, parse_server_metrics
+from watchdog.sources.server import ServerSource, parse_server_metrics, samples_of
+
+ENGINES = load_engines()  # EngineRef(ENGINES): a fresh engine in force per source
+SAMPLES = samples_of(ENGINES)  # what a server of an engine not yet recognised is read with
 
 DATA = Path(__file__).parent / "data"
 
@@ -80,7 +85,7 @@ def silent_port() -> Iterator[int]:
     ],
 )
 def test_parse_sums_over_engines(name: str, expected: tuple[float, ...]) -> None:
-    s = parse_server_metrics(_text(name))
+    s = parse_server_metrics(_text(name), SAMPLES)
     assert s.up
     assert (s.iterations, s.prompt_tokens, s.generation_tokens, s.running, s.waiting) == expected
 
@@ -90,28 +95,28 @@ def test_parse_step_counter_is_the_histogram_count_not_sum_or_bucket() -> None:
     count_line = next(
         ln for ln in text.splitlines() if ln.startswith("vllm:iteration_tokens_total_count")
     )
-    assert parse_server_metrics(text).iterations == float(count_line.rsplit(" ", 1)[1])
+    assert parse_server_metrics(text, SAMPLES).iterations == float(count_line.rsplit(" ", 1)[1])
 
 
 def test_parse_missing_metrics_are_none() -> None:
-    s = parse_server_metrics("# TYPE other gauge\nother 1.0\n")
+    s = parse_server_metrics("# TYPE other gauge\nother 1.0\n", SAMPLES)
     assert s.up and s.iterations is None and s.running is None
 
 
 def test_parse_garbage_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not Prometheus text"):
-        parse_server_metrics("vllm:num_requests_running{engine=0 model} oops\n")
+        parse_server_metrics("vllm:num_requests_running{engine=0 model} oops\n", SAMPLES)
 
 
 def test_bad_url_is_rejected() -> None:
     with pytest.raises(ValueError, match="not an http"):
-        ServerSource("127.0.0.1:8000")
+        ServerSource("127.0.0.1:8000", engine=EngineRef(ENGINES))
 
 
 def test_poll_reads_metrics_and_health(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, _text("vllm_metrics_dp2.txt"))
     server.routes["/health"] = (200, "")
-    src = ServerSource(server.url + "/")
+    src = ServerSource(server.url + "/", engine=EngineRef(ENGINES))
     try:
         s = src.poll()
     finally:
@@ -125,7 +130,7 @@ def test_engine_dead_health_503_is_recorded(server: FakeVllm) -> None:
     server.routes["/health"] = (503, "")
     client = HttpGet(urlsplit(server.url))
     try:
-        s = ServerSource(server.url, client=client).poll()
+        s = ServerSource(server.url, client=client, engine=EngineRef(ENGINES)).poll()
     finally:
         client.close()
     assert s.up and s.health_status == 503
@@ -133,7 +138,7 @@ def test_engine_dead_health_503_is_recorded(server: FakeVllm) -> None:
 
 def test_metrics_404_marks_down_but_keeps_health(server: FakeVllm) -> None:
     server.routes["/health"] = (200, "")
-    src = ServerSource(server.url)
+    src = ServerSource(server.url, engine=EngineRef(ENGINES))
     s = src.poll()
     src.close()
     assert not s.up and "HTTP 404" in (s.error or "") and s.health_status == 200
@@ -142,14 +147,14 @@ def test_metrics_404_marks_down_but_keeps_health(server: FakeVllm) -> None:
 
 def test_garbage_body_marks_down(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, "<html>{{ not metrics\n")
-    src = ServerSource(server.url)
+    src = ServerSource(server.url, engine=EngineRef(ENGINES))
     s = src.poll()
     src.close()
     assert not s.up and "Prometheus" in (s.error or "")
 
 
 def test_recovers_after_failure(server: FakeVllm) -> None:
-    src = ServerSource(server.url)
+    src = ServerSource(server.url, engine=EngineRef(ENGINES))
     assert not src.poll().up
     server.routes["/metrics"] = (200, _text("vllm_metrics_fresh.txt"))
     assert src.poll().up and src.health.up
@@ -160,7 +165,7 @@ def test_connection_refused_gives_no_health_status() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    src = ServerSource(f"http://127.0.0.1:{port}", timeout_s=1.0)
+    src = ServerSource(f"http://127.0.0.1:{port}", timeout_s=1.0, engine=EngineRef(ENGINES))
     sample = src.poll()
     src.close()
     assert not sample.up and sample.health_status is None and sample.error
@@ -168,7 +173,7 @@ def test_connection_refused_gives_no_health_status() -> None:
 
 
 def test_server_that_never_answers_fails_within_timeout(silent_port: int) -> None:
-    src = ServerSource(f"http://127.0.0.1:{silent_port}", timeout_s=0.3)
+    src = ServerSource(f"http://127.0.0.1:{silent_port}", timeout_s=0.3, engine=EngineRef(ENGINES))
     start = time.monotonic()
     sample = src.poll()
     elapsed = time.monotonic() - start
@@ -244,7 +249,7 @@ def test_huge_value_and_nan_are_skipped_not_raised() -> None:
         "vllm:num_requests_waiting NaN\n"
         'vllm:prompt_tokens_total{model_name="m"} 5\n'
     )
-    s = parse_server_metrics(page)
+    s = parse_server_metrics(page, SAMPLES)
     assert s.up and s.running is None and s.waiting is None and s.prompt_tokens == 5
 
 
@@ -253,7 +258,7 @@ def test_page_of_unrelated_series_is_read_fast_and_bounded() -> None:
     noise = "".join(f'other_metric{{id="{i}"}} {i}\n' for i in range(300_000))
     many = "".join(f'vllm:prompt_tokens_total{{id="{i}"}} 1\n' for i in range(10_000))
     start = time.perf_counter()
-    s = parse_server_metrics(noise + many)
+    s = parse_server_metrics(noise + many, SAMPLES)
     took = time.perf_counter() - start
     print(f"300k unrelated + 10k wanted series parsed in {took:.3f} s")
     from watchdog.sources.server import MAX_SERIES

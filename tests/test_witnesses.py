@@ -22,6 +22,7 @@ from tests.obsbuilder import (
     stack,
     verdicts,
 )
+from tests.shipped import PATTERNS
 from watchdog.core.classify import Thresholds
 from watchdog.core.model import LogEvent, ServerSample
 from watchdog.core.signatures import SignatureSet, load_signatures
@@ -125,7 +126,7 @@ def _sglang(status: int | None, meaning: str | None) -> ServerSample:
 
 
 def _ev(line: str) -> tuple[LogEvent, ...]:
-    ev = parse_line(line, "test", load_signatures().log_keep_pattern())
+    ev = parse_line(line, "test", load_signatures().log_keep_pattern(), PATTERNS)
     assert ev is not None, line
     return (ev,)
 

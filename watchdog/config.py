@@ -9,19 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from watchdog.configcheck import cross_check
 from watchdog.configkeys import ALIASES, KEYS, Config, ConfigError
-from watchdog.core.tomlcheck import SignatureError, check_bounds, read_toml_text
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from watchdog.core.tomlcheck import SignatureError, read_toml, read_toml_text
 
 __all__ = ["ALIASES", "KEYS", "Config", "ConfigError", "build_config", "load_config"]
 
@@ -116,16 +110,9 @@ def _spell(key: str, origin: str) -> str:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        text = read_toml_text(path, "config file")
-        check_bounds(text, str(path))
-        doc = tomllib.loads(text)
-    except SignatureError as exc:  # the file's size, encoding or key depth
+        return read_toml(read_toml_text(path, "config file"), str(path), "a config file")
+    except SignatureError as exc:  # the file's size, encoding, key depth or syntax
         raise ConfigError(str(exc)) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    except RecursionError as exc:  # `x = [[[[...` past the parser's depth limit
-        raise ConfigError(f"{path}: TOML nested too deeply to be a config file") from exc
-    return doc
 
 
 def _coerce(key: str, value: Any, origin: str) -> Any:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.harness import DEATH, FOUND, Watchdog, finish, watch
+from tests.shipped import PATTERNS
 from watchdog.core.model import LogEvent, Observation
 from watchdog.core.signatures import load_signatures
 from watchdog.core.window import Window
@@ -81,7 +82,7 @@ def test_a_burst_over_the_budget_loses_no_signature_line(tmp_path: Path) -> None
         return now[0]
 
     source = LogSource([FileFollower(log)], keep=keep, budget_s=0.05, clock=clock,
-                       max_events_per_tick=10**6)  # fmt: skip
+                       max_events_per_tick=10**6, patterns=PATTERNS)  # fmt: skip
     source.poll()
     with log.open("a") as fh:
         fh.write(STATS * 5000 + DEATH)
@@ -118,7 +119,7 @@ def test_the_windows_log_memory_is_bounded_in_bytes() -> None:
 def test_the_log_tail_is_bounded_in_bytes(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(b"")
-    source = LogSource([FileFollower(log)], tail_lines=2000)
+    source = LogSource([FileFollower(log)], tail_lines=2000, patterns=PATTERNS)
     source.poll()
     with log.open("a") as fh:
         for i in range(2000):

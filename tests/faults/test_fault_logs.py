@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.faults.harness import DEATH, FOUND, finish, wait_for, watch
+from tests.shipped import PATTERNS
 
 pytestmark = pytest.mark.slow
 
@@ -149,7 +150,7 @@ def test_a_blocking_reader_is_cut_off_by_the_deadline() -> None:
             release.set()
 
     sigs = load_signatures([])
-    logs = LogSource([HungMount()], keep=sigs.log_keep_pattern())
+    logs = LogSource([HungMount()], keep=sigs.log_keep_pattern(), patterns=PATTERNS)
     cfg = Config(tick_s=0.1, gpu_source="none", cdn_default=False)
     d = Daemon(cfg, sigs, [logs])
     try:

@@ -19,7 +19,7 @@ from tests.real_engine.engine import Hang, Load, VllmServer, http, wait_until
 from tests.real_engine.watch import Watchdog, evidence_kinds, evidence_text
 from watchdog.engines.loader import load_engines
 from watchdog.sim.cdn import start_cdn
-from watchdog.sources.logs.parse import parse_line
+from watchdog.sources.logs.parse import LogPatterns, parse_line
 
 Servers = Callable[..., VllmServer]
 Watchdogs = Callable[..., Watchdog]
@@ -107,7 +107,8 @@ def assert_formats_read(server: VllmServer) -> None:
     /metrics names; a line of a known kind that no rule reads fails with the line."""
     vllm = next(p for p in load_engines().profiles if p.name == "vllm")
     lines = server.log_file.read_text(errors="replace").splitlines()
-    events = [(line, parse_line(line)) for line in lines]
+    patterns = LogPatterns.from_engines(load_engines())  # as the daemon's wiring reads them
+    events = [(line, parse_line(line, patterns=patterns)) for line in lines]
     kinds = {(e.kind, e.fields.get("name") or e.fields.get("component")) for _, e in events if e}
     for want in [("milestone", "weights_loaded"), ("milestone", "engine_ready"),
                  ("milestone", "startup_complete"), ("version", "engine")]:  # fmt: skip

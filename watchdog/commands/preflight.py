@@ -17,7 +17,7 @@ from typing import TextIO
 
 from watchdog.preflight.report import exit_code as _exit_code
 from watchdog.preflight.report import render_table, to_json
-from watchdog.preflight.runner import PreflightOptions, run_checks
+from watchdog.preflight.runner import PreflightOptions, load_shipped, run_checks
 from watchdog.sources.gpu.backend import GpuBackend
 
 __all__ = ["add_arguments", "main", "options_from_args", "run", "run_checks", "PreflightOptions"]
@@ -131,7 +131,8 @@ def run(
         return 2
     gpu = backend if backend is not None else _backend(opts.gpu_source)
     started = time.monotonic()
-    results = run_checks(opts, gpu)
+    knowledge, why = load_shipped()  # once: signatures' known-bad entries, engine profiles
+    results = run_checks(opts, gpu, knowledge, why)
     elapsed = time.monotonic() - started
     if args.json:
         print(to_json(results, strict=args.strict, elapsed_s=elapsed), file=stream)

@@ -19,6 +19,7 @@ from watchdog.core.logverdict import name_signatures
 from watchdog.core.model import Verdict, to_dict
 from watchdog.core.signatures import SignatureError, SignatureSet, load_signatures
 from watchdog.core.window import Window
+from watchdog.knowledge import Knowledge
 from watchdog.outputs.emit import format_verdict
 
 UNHEALTHY = frozenset({"hung", "stalled", "dead"})  # exit 1, as `diagnose` (commands/cli.py)
@@ -55,11 +56,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        sigs = load_signatures(args.signatures)
-    except SignatureError as exc:
-        print(f"hang-watchdog replay: {exc}", file=sys.stderr)
+    kb = _knowledge(args.signatures, getattr(args, "engines", []))
+    if kb is None:
         return 2
+    sigs = kb.signatures
     path = args.input
     name = "<stdin>" if path == "-" else path
     stuck = getattr(args, "stuck", False)
@@ -96,22 +96,24 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"hang-watchdog replay: {exc}", file=sys.stderr)
             return 2
-    patterns = _patterns(getattr(args, "engines", []))
-    if patterns is None:
-        return 2
+    from watchdog.sources.logs.parse import LogPatterns
+
+    # A plain log is read in the formats of the shipped and the operator's engine profiles.
+    patterns = LogPatterns.from_engines(kb.engines)
     return plain_log(data, sigs, args.json, stuck=stuck, patterns=patterns)
 
 
-def _patterns(files: list[str]) -> Any:
-    """The log formats of the shipped and the operator's engine profiles; None (reported) if a
-    profile file is bad."""
+def _knowledge(signatures: list[str], engines: list[str]) -> Knowledge | None:
+    """The shipped knowledge plus the operator's files; None (reported) if a file is bad."""
     from watchdog.engines.loader import EngineError, load_engines
-    from watchdog.sources.logs.parse import LogPatterns, default_patterns
 
-    if not files:
-        return default_patterns()
     try:
-        return LogPatterns.from_engines(load_engines(files))
+        sigs = load_signatures(signatures)
+    except SignatureError as exc:
+        print(f"hang-watchdog replay: {exc}", file=sys.stderr)
+        return None
+    try:
+        return Knowledge.of(sigs, load_engines(engines))
     except EngineError as exc:
         print(f"hang-watchdog replay: --engines: {exc}", file=sys.stderr)
         return None
@@ -128,7 +130,7 @@ def _stuck_misuse(name: str) -> int:
 
 def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Thresholds) -> Verdict:
     """Rebuild the window from recorded observations and classify it."""
-    window = Window(span_s=float("inf"), max_len=max(len(observations), 1))
+    window = Window(span_s=float("inf"), max_len=max(len(observations), 1), ranks=sigs.ranks)
     for obs in observations:
         window.append(obs)
     return classify(window, sigs, thresholds)

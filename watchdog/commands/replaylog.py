@@ -20,7 +20,6 @@ from watchdog.core.model import LogEvent
 from watchdog.core.openops import (
     OpDef,
     OpenOp,
-    load_ops,
     operations_in,
     stuck_cause,
     trigger_patterns,
@@ -73,7 +72,7 @@ def scan_log(
 ) -> LogScan:
     """read_log's events, its record count and open_operations over its records, the same
     (tests/test_replay_scan.py), with only the lines holding a literal key decoded."""
-    ops = load_ops() if ops is None else ops
+    ops = sigs.ops if ops is None else ops  # the table loaded with the signatures
     data = data.replace(b"\x00", b"") if b"\x00" in data else data
     block = Block(data)
     stacks = StackScanner()

@@ -6,13 +6,11 @@ recorded incident and tests need no sleeping.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, HELD, SOURCE, UNCHANGED
 from watchdog.core.genericlive import with_generic
 from watchdog.core.model import Evidence, Observation, Verdict
-from watchdog.core.openops import OpDef, load_ops, open_operations, stuck_cause
+from watchdog.core.openops import open_operations, stuck_cause
 from watchdog.core.rankprogress import describe_progress, rank_progress
 from watchdog.core.ranks import Attribution, attribute, describe
 from watchdog.core.redact import redact_argv
@@ -42,7 +40,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         return Verdict(state="starting", reason="no observations yet")
     ctx = Context(window, obs, th)
     stall = ctx.stall
-    ranks = _ranks(ctx)
+    ranks = _ranks(ctx, sigs)
     progress = rank_progress(window, th.gpu_busy_dram)
     common = {
         "suspicious": stall.suspicious,
@@ -185,10 +183,10 @@ def _unknown_engine(obs: Observation) -> str:
     )
 
 
-def _ranks(ctx: Context) -> Attribution:
+def _ranks(ctx: Context, sigs: SignatureSet) -> Attribution:
     """Which rank is the cause, from the freshest stacks (nothing without stacks)."""
     procs = ctx.obs.procs.procs if ctx.obs.procs is not None else ()
-    return attribute(procs, ctx.stacks, ctx.obs.gpus, ctx.obs.conns)
+    return attribute(procs, ctx.stacks, ctx.obs.gpus, ctx.obs.conns, kb=sigs.ranks)
 
 
 def _ras_evidence(ctx: Context) -> tuple[Evidence, ...]:
@@ -238,12 +236,6 @@ def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
     return "idle", "no work pending"
 
 
-@lru_cache(maxsize=1)
-def _ops() -> tuple[OpDef, ...]:
-    """The shipped operation table, read once on first use (nothing happens at import)."""
-    return load_ops()
-
-
 def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | None:
     """A stall that lasts inside an operation the log started and never finished (a cubin
     fetch, a communicator init, a JIT build) is named by the signature that operation points
@@ -258,7 +250,7 @@ def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | Non
         for ev in o.logs
         if ev.kind != "stack"
     ]
-    cause = stuck_cause(open_operations(lines, _ops()))
+    cause = stuck_cause(open_operations(lines, sigs.ops))
     sig = sigs.get(cause.signature or "") if cause is not None else None
     if cause is None or sig is None:
         return None

@@ -10,16 +10,12 @@ turns it into a verdict. The operations are data (openops.toml).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from watchdog.core.tomlcheck import read_toml
 
 
 @dataclass(frozen=True)
@@ -122,10 +118,11 @@ def _who(line: str) -> str:
 
 
 def load_ops(text: str | None = None) -> tuple[OpDef, ...]:
-    """The shipped operation table (or `text` in the same format); ValueError if malformed."""
+    """The shipped operation table (or `text` in the same format), read now on every call (the
+    knowledge bundle calls it once); ValueError if malformed."""
     if text is None:
         text = resources.files("watchdog.core").joinpath("openops.toml").read_text(encoding="utf-8")
-    doc = tomllib.loads(text)
+    doc = read_toml(text, "openops.toml", "an operation table")  # SignatureError: a ValueError
     out = []
     for i, e in enumerate(doc.get("op", [])):
         try:

@@ -10,16 +10,9 @@ patterns are data (ranks.toml).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 from importlib import resources
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 from watchdog.core.model import (
     Connection,
@@ -31,6 +24,7 @@ from watchdog.core.model import (
     ThreadStack,
 )
 from watchdog.core.redact import redact_text
+from watchdog.core.tomlcheck import read_toml
 
 # vLLM: `VLLM::Worker_TP3`, `VLLM::Worker_DP0_TP1_EP1` (setup_proc_title_and_log_prefix),
 # `VLLM::EngineCore_DP0`; older vLLM: `VllmWorker-3`. SGLang: `sglang::scheduler_TP3`
@@ -53,13 +47,17 @@ class Activity:
     files: re.Pattern[str] | None
 
 
-@dataclass(frozen=True)
-class Knowledge:
-    """The activities and the plumbing frames skipped when naming a meaningful frame."""
+_NOTHING = re.compile(r"(?!)")  # matches no frame: rules without plumbing skip none
 
-    activities: tuple[Activity, ...]
-    plumbing_files: re.Pattern[str]
-    plumbing_frames: re.Pattern[str]
+
+@dataclass(frozen=True)
+class RankRules:
+    """The activities and the plumbing frames skipped when naming a meaningful frame (the
+    default, no rules, names no activity: every rank is "other")."""
+
+    activities: tuple[Activity, ...] = ()
+    plumbing_files: re.Pattern[str] = _NOTHING
+    plumbing_frames: re.Pattern[str] = _NOTHING
 
 
 @dataclass(frozen=True)
@@ -72,10 +70,12 @@ class Attribution:
     waiting_ranks: tuple[int, ...] = ()
 
 
-@cache
-def knowledge() -> Knowledge:
-    """The shipped ranks.toml, parsed once."""
-    data = tomllib.loads(resources.files("watchdog.core").joinpath("ranks.toml").read_text())
+def load_rank_rules(text: str | None = None) -> RankRules:
+    """The shipped ranks.toml (or `text` in its format), read now on every call: the knowledge
+    bundle calls it once and passes the rules down."""
+    if text is None:
+        text = resources.files("watchdog.core").joinpath("ranks.toml").read_text(encoding="utf-8")
+    data = read_toml(text, "ranks.toml", "a rank rule file")
     acts = tuple(
         Activity(
             a["name"],
@@ -86,7 +86,7 @@ def knowledge() -> Knowledge:
         for a in data["activity"]
     )
     plumb = data["plumbing"]
-    return Knowledge(acts, re.compile(plumb["files"]), re.compile(plumb["frames"]))
+    return RankRules(acts, re.compile(plumb["files"]), re.compile(plumb["frames"]))
 
 
 def role_and_rank(proc: ProcInfo) -> tuple[str, int | None]:
@@ -128,7 +128,7 @@ def _matches(act: Activity, fr: Frame) -> bool:
     return act.files is None or bool(act.files.search(fr.filename))
 
 
-def _meaningful(th: ThreadStack, kb: Knowledge) -> Frame | None:
+def _meaningful(th: ThreadStack, kb: RankRules) -> Frame | None:
     """The innermost frame that is not plumbing (threading waits, socket reads)."""
     for fr in th.frames:
         if kb.plumbing_files.search(fr.filename) or kb.plumbing_frames.search(_short(fr)):
@@ -142,7 +142,7 @@ def _label(fr: Frame) -> str:
     return f"{fr.name} ({base}:{fr.line})" if base else fr.name
 
 
-def _thread_activity(sample: StackSample, kb: Knowledge) -> tuple[str, str, bool | None, str]:
+def _thread_activity(sample: StackSample, kb: RankRules) -> tuple[str, str, bool | None, str]:
     """(activity, part, unchanged, frame) of a process's most telling thread."""
     for act in kb.activities:
         for th in sorted(sample.threads, key=lambda t: not t.unchanged):
@@ -157,10 +157,9 @@ def _thread_activity(sample: StackSample, kb: Knowledge) -> tuple[str, str, bool
     return "other", "", shown.unchanged, _label(fr) if fr else ""
 
 
-def blocking_frame(stacks: Sequence[StackSample]) -> str:
+def blocking_frame(stacks: Sequence[StackSample], kb: RankRules) -> str:
     """ "pid 12 in download_file (cubin_loader.py:88)": a thread unchanged across two dumps in
     a frame of a known activity (a download, a GPU wait, a collective), else ""."""
-    kb = knowledge()
     for sample in stacks:
         for act in kb.activities:
             for th in sample.threads:
@@ -178,7 +177,7 @@ def _view(
     sample: StackSample | None,
     gpus: Sequence[GpuSample],
     conns: Sequence[Connection],
-    kb: Knowledge,
+    kb: RankRules,
 ) -> tuple[RankView, str]:
     role, rank = role_and_rank(proc)
     if sample is None or sample.error or not sample.threads:
@@ -197,11 +196,12 @@ def attribute(
     stacks: Sequence[StackSample],
     gpus: Sequence[GpuSample] = (),
     conns: Sequence[Connection] = (),
+    *,
+    kb: RankRules,
 ) -> Attribution:
     """Per process its role, rank and activity; the cause and the ranks that wait on it."""
     if not stacks:
         return Attribution()
-    kb = knowledge()
     by_pid = {s.pid: s for s in stacks}
     pairs = [_view(p, by_pid.get(p.pid), gpus, conns, kb) for p in procs if p.pid in by_pid]
     pairs = _engine_is_rank0(pairs)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from watchdog.core.generic import GenericClass
+from watchdog.core.openops import OpDef
+from watchdog.core.ranks import RankRules
 
 EVIDENCE_KINDS = frozenset(
     {
@@ -150,6 +152,11 @@ class SignatureSet:
     # The generic layer (crashed, timed_out, stalled, livelock: core/generic.py), consulted
     # when no signature names the cause.
     generic: tuple[GenericClass, ...] = ()
+    # What the classifier reads beside the signatures, loaded with them (load_signatures):
+    # the operations a log starts and never finishes (openops.toml) and which rank is the
+    # cause (ranks.toml). Operator files add signatures only; these stay the shipped ones.
+    ops: tuple[OpDef, ...] = ()
+    ranks: RankRules = field(default_factory=RankRules)
 
     @property
     def ids(self) -> tuple[str, ...]:

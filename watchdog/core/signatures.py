@@ -6,33 +6,15 @@ reading code.
 
 from __future__ import annotations
 
-import sys
+import dataclasses
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from watchdog.core.genericparse import merge_generic, parse_generic
-from watchdog.core.tomlcheck import (
-    SignatureError,
-    array,
-    check_bounds,
-    check_keys,
-    entry_id,
-    finite,
-    get,
-    read_toml_text,
-    regex,
-    str_map,
-    strs,
-    table,
-)
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
+from watchdog.core.openops import load_ops
+from watchdog.core.ranks import load_rank_rules
 from watchdog.core.sigmodel import (  # noqa: F401 - re-exported: the public names live here
     EVIDENCE_KINDS,
     SEVERITIES,
@@ -45,6 +27,20 @@ from watchdog.core.sigmodel import (  # noqa: F401 - re-exported: the public nam
     Rule,
     Signature,
     SignatureSet,
+)
+from watchdog.core.tomlcheck import (
+    SignatureError,
+    array,
+    check_keys,
+    entry_id,
+    finite,
+    get,
+    read_toml,
+    read_toml_text,
+    regex,
+    str_map,
+    strs,
+    table,
 )
 
 # The signature model's names are imported from here (sigmodel is where they are defined).
@@ -70,9 +66,12 @@ __all__ = [
 
 
 def load_signatures(extra: Sequence[Path | str] = ()) -> SignatureSet:
-    """The shipped knowledge base, then each operator file in order (same id replaces)."""
+    """The shipped knowledge base, then each operator file in order (same id replaces); read
+    now on every call (the daemon, `replay` and `preflight` call it once and pass it down)."""
     text = resources.files("watchdog.core").joinpath("signatures.toml").read_text(encoding="utf-8")
-    merged = _parse(text, "signatures.toml (built-in)")
+    merged = dataclasses.replace(
+        _parse(text, "signatures.toml (built-in)"), ops=load_ops(), ranks=load_rank_rules()
+    )
     for path in extra:
         merged = _merge(merged, load_file(Path(path)))
     check_fallbacks(merged)
@@ -111,17 +110,13 @@ def _merge(base: SignatureSet, more: SignatureSet) -> SignatureSet:
         {**base.fallbacks, **more.fallbacks},
         base.benign + more.benign,
         merge_generic(base.generic, more.generic),
+        base.ops,
+        base.ranks,
     )
 
 
 def _parse(text: str, origin: str) -> SignatureSet:
-    check_bounds(text, origin)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SignatureError(f"{origin}: not valid TOML: {exc}") from exc
-    except RecursionError as exc:  # `x = [[[[...` past the parser's depth limit
-        raise SignatureError(f"{origin}: TOML nested too deeply to be a signature file") from exc
+    doc = read_toml(text, origin)
     check_keys(doc, {"schema", "signature", "known_bad", "fallback", "benign", "generic"}, origin)
     if doc.get("schema", 1) != 1:
         raise SignatureError(

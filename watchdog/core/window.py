@@ -13,6 +13,7 @@ from itertools import islice
 from typing import Any
 
 from watchdog.core.model import LogEvent, Observation
+from watchdog.core.ranks import RankRules
 from watchdog.core.witnesses import Witnesses
 
 # Milestones after which the server is ready to serve (log kinds of sources/logs/parse.py).
@@ -71,9 +72,17 @@ class Window:
     """Observations of the last `span_s` seconds (at most `max_len`) and the Progress facts."""
 
     def __init__(
-        self, span_s: float = 600.0, max_len: int = 4000, max_chars: int = MAX_WINDOW_CHARS
+        self,
+        span_s: float = 600.0,
+        max_len: int = 4000,
+        max_chars: int = MAX_WINDOW_CHARS,
+        *,
+        ranks: RankRules | None = None,
     ) -> None:
         self.span_s = span_s
+        # The rank rules (SignatureSet.ranks) that name a blocking frame in the stacks; none:
+        # stacks are never a witness of pending work.
+        self.ranks = ranks if ranks is not None else RankRules()
         self._obs: deque[Observation] = deque(maxlen=max_len)
         self._sizes: deque[int] = deque()  # log characters held by each observation
         self._trimmed = 0  # how many of the oldest observations have been shrunk already
@@ -124,7 +133,7 @@ class Window:
             self._metrics(obs)
         if obs.procs is not None and p.phase == "loading":
             self._read_bytes(obs)
-        p.witnesses.on_observation(obs.conns, obs.stacks, p.phase == "ready")
+        p.witnesses.on_observation(obs.conns, obs.stacks, p.phase == "ready", self.ranks)
         self._update_pending(obs.t)
 
     def _without_old_server_lines(self, obs: Observation) -> Observation:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from watchdog.core.model import Connection, LogEvent, ServerSample, StackSample
-from watchdog.core.ranks import blocking_frame
+from watchdog.core.ranks import RankRules, blocking_frame
 
 # `INFO 07-15 15:32:47 [loggers.py:273]` (vLLM), `[2026-01-02 12:00:00 TP0]` (SGLang),
 # `[01/02/2026-12:00:00] [TRT-LLM]` (TensorRT-LLM): the time of day near the start of the line.
@@ -114,7 +114,11 @@ class Witnesses:
         self.not_generating_t = t
 
     def on_observation(
-        self, conns: tuple[Connection, ...], stacks: tuple[StackSample, ...], ready: bool
+        self,
+        conns: tuple[Connection, ...],
+        stacks: tuple[StackSample, ...],
+        ready: bool,
+        ranks: RankRules,
     ) -> None:
         """Sockets held to the kernel CDN while serving; stacks parked in a blocking frame."""
         self.cdn_socket = ""
@@ -122,7 +126,7 @@ class Witnesses:
             c = max(conns, key=lambda c: c.age_s)
             self.cdn_socket = f"pid {c.pid} holds a socket to {c.host} ({c.state})"
         if stacks:
-            self.blocking = blocking_frame(stacks)
+            self.blocking = blocking_frame(stacks, ranks)
 
     def on_progress(self) -> None:
         """The server moved on: what the stacks and the failed checks said is over."""

@@ -20,6 +20,7 @@ from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.core.tick import Hook
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.supervise import Supervisor
+from watchdog.knowledge import Knowledge
 from watchdog.outputs.emit import Emitter
 from watchdog.sources.base import Source
 
@@ -49,11 +50,15 @@ class Built:
 
 
 def build(
-    cfg: Config, *, sigs: SignatureSet | None = None, emitter: Emitter | None = None
+    cfg: Config, *, knowledge: Knowledge | None = None, emitter: Emitter | None = None
 ) -> Built:
-    """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work."""
-    sigs = sigs or load_signatures(cfg.signatures)
-    engine = _engine(cfg)
+    """Sources, sinks and hooks for `cfg`; ConfigError for settings that cannot work.
+
+    The knowledge (shipped plus cfg's `signatures` and `engines` files) is loaded here, once,
+    unless given, and each part gets what it reads of it."""
+    kb = knowledge or load_for(cfg)
+    sigs = kb.signatures
+    engine = _engine(cfg, kb)
     supervisor = Supervisor(cfg.command, death_pattern=_death(sigs)) if cfg.command else None
     logs, stdin = _logs(cfg, sigs, supervisor, engine)
     procs = _procs(cfg, supervisor, engine)
@@ -63,7 +68,7 @@ def build(
     # line written while the scrape waits would be missed.
     listed = (
         procs,
-        _facts(cfg, engine),
+        _facts(cfg, engine, kb),
         _gpu(cfg),
         logs,
         _server(cfg, engine),
@@ -81,7 +86,7 @@ def build(
         )
     built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin, engine=engine)
     _metrics(cfg, sigs, built)
-    _episodes(cfg, built)
+    _episodes(cfg, built, kb.packages)
     _remediation(cfg, sigs, built)
     _notify(built)
     return built
@@ -107,17 +112,25 @@ def _gpu(cfg: Config) -> Any:
         raise ConfigError(f"key 'gpu_source': {exc}") from exc
 
 
-def _engine(cfg: Config) -> Any:
-    """The engine profiles (shipped + --engines files) and the one forced by --engine."""
-    from watchdog.engines.detect import EngineRef
+def load_for(cfg: Config) -> Knowledge:
+    """The shipped knowledge plus cfg's operator files: SignatureError for a bad signature
+    file (the CLI exits 2), ConfigError naming `engines` for a bad engine profile file."""
     from watchdog.engines.loader import EngineError, load_engines
 
+    sigs = load_signatures(cfg.signatures)
     try:
         engines = load_engines(cfg.engines)
     except EngineError as exc:
         raise ConfigError(f"key 'engines': {exc}") from exc
+    return Knowledge.of(sigs, engines)
+
+
+def _engine(cfg: Config, kb: Knowledge) -> Any:
+    """The engine profiles (shipped + --engines files) and the one forced by --engine."""
+    from watchdog.engines.detect import EngineRef
+
     try:
-        return EngineRef(engines, cfg.engine)
+        return EngineRef(kb.engines, cfg.engine)
     except ValueError as exc:
         raise ConfigError(f"key 'engine': {exc}") from exc
 
@@ -149,7 +162,9 @@ def _logs(
     # Half a tick for parsing, at most 0.3 s: the loop stays under its tick through a burst
     # (what the budget leaves is carried to the next tick, not dropped).
     budget = min(0.3, cfg.tick_s / 2)
-    source = LogSource(readers, keep=sigs.log_keep_pattern(), patterns=patterns, budget_s=budget)
+    source = LogSource(
+        readers, keep=sigs.log_keep_pattern(), ops=sigs.ops, patterns=patterns, budget_s=budget
+    )
     return source, stdin
 
 
@@ -195,14 +210,11 @@ def _conns(cfg: Config) -> Any:
     return ConnSource(hosts, Resolver(quiet=quiet))
 
 
-def _facts(cfg: Config, engine: Any) -> Any:
+def _facts(cfg: Config, engine: Any, kb: Knowledge) -> Any:
     from watchdog.sources.facts import FactsSource
-    from watchdog.sources.pyenv import modules_for, packages_for
 
     # Operator profiles' distributions are recorded too (--engines FILE).
-    return FactsSource(
-        packages=packages_for(engine.engines), modules=modules_for(engine.engines), engine=engine
-    )
+    return FactsSource(packages=kb.packages, modules=kb.modules, engine=engine)
 
 
 def _ras(cfg: Config) -> Any:
@@ -242,7 +254,7 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         built.server = MetricsServer(sink, cfg.metrics_addr)
 
 
-def _episodes(cfg: Config, built: Built) -> None:
+def _episodes(cfg: Config, built: Built, packages: tuple[str, ...]) -> None:
     from watchdog.daemon.episodes import EpisodeHook
 
     capturer = None
@@ -274,7 +286,7 @@ def _episodes(cfg: Config, built: Built) -> None:
         capturer=capturer,
         writer=writer,
         log_tail=(lambda: logs.tail(500)) if logs is not None else (lambda: ()),
-        environment=lambda obs: _environment(built.daemon, obs),
+        environment=lambda obs: _environment(built.daemon, obs, packages),
         metrics=built.metrics,
         capture_wait_s=cfg.stack_deadline_s * 2 + cfg.stack_second_after_s + 5,
     )
@@ -305,9 +317,9 @@ def _incident_root(path: str, *, defaulted: bool = False) -> Path:
     return root
 
 
-def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
+def _environment(daemon: Daemon, obs: Observation, packages: tuple[str, ...]) -> dict[str, Any]:
     from watchdog.outputs.incident import build_environment
-    from watchdog.sources.pyenv import COMMON, PACKAGES
+    from watchdog.sources.pyenv import COMMON
 
     gpu = daemon.source("gpu")
     driver = None
@@ -325,7 +337,7 @@ def _environment(daemon: Daemon, obs: Observation) -> dict[str, Any]:
         gpus=obs.gpus,
         facts=facts,
         driver=driver,
-        engine_packages=tuple(p for p in PACKAGES if p not in COMMON),
+        engine_packages=tuple(p for p in packages if p not in COMMON),
     )
     # replay re-classifies with the thresholds this daemon used
     env["watchdog"] = {"version": __version__, "thresholds": dataclasses.asdict(daemon.thresholds)}

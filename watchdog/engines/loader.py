@@ -7,7 +7,6 @@ operator can act on. An operator entry with a shipped name replaces the shipped 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -17,9 +16,9 @@ from typing import Any
 from watchdog.core.tomlcheck import (
     SignatureError,
     array,
-    check_bounds,
     check_keys,
     get,
+    read_toml,
     read_toml_text,
     regex,
     str_map,
@@ -39,11 +38,6 @@ from watchdog.engines.profile import (
     RoleRule,
     Spelling,
 )
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 SHIPPED = ("vllm", "sglang", "trtllm")
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
@@ -96,14 +90,9 @@ def load_file(path: Path) -> list[EngineProfile]:
 def parse_profiles(text: str, origin: str) -> list[EngineProfile]:
     """Every [[engine]] entry of one file; EngineError on the first problem."""
     try:
-        check_bounds(text, origin)
-        doc = tomllib.loads(text)
+        doc = read_toml(text, origin, "an engine file")
     except SignatureError as exc:
         raise EngineError(str(exc)) from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise EngineError(f"{origin}: not valid TOML: {exc}") from exc
-    except RecursionError as exc:
-        raise EngineError(f"{origin}: not valid TOML: nested too deeply") from exc
     try:
         check_keys(doc, {"schema", "engine"}, origin)
         if doc.get("schema", 1) != 1:

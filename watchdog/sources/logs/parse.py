@@ -9,7 +9,6 @@ logged prompt must not freeze the loop).
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -18,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from watchdog.core.model import LogEvent
-from watchdog.engines.loader import EngineSet, load_engines
+from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import LogRule
 from watchdog.sources.logs.keepguard import keeps
 
@@ -138,12 +137,10 @@ class LogPatterns:
         )
 
 
-@functools.cache
-def default_patterns() -> LogPatterns:
-    """The shipped profiles' formats (loaded on first use, never at import). Operator
-    `--engines` profiles reach a reader only as the LogPatterns it is given: the daemon's
-    wiring builds one from its engine profiles and passes it down; nothing here is set."""
-    return LogPatterns.from_engines(load_engines())
+# No engine's formats: the engine-neutral ones only (collector prefixes, tqdm, FlashInfer). The
+# engines' reach a reader only as the LogPatterns it is given: the daemon's wiring and `replay`
+# build one from the engine profiles of their knowledge bundle and pass it down.
+NO_ENGINES = LogPatterns()
 
 
 def parse_line(
@@ -154,10 +151,11 @@ def parse_line(
 ) -> LogEvent | None:
     """The LogEvent a line carries, a kind="line" event if `keep` matches it, else None.
 
+    `patterns`: the engine formats to read (None: no engine's, the engine-neutral ones only).
     Never raises on content: a number that does not convert (`Graph capturing finished in .
     sec`, 5000 digits) makes that format not match, and the line is kept like any other.
     """
-    pats = default_patterns() if patterns is None else patterns
+    pats = NO_ENGINES if patterns is None else patterns
     text = clean_line(line)
     prefix, msg = _split_prefix(text, pats)
     found = _parse_msg(msg, pats)
@@ -372,7 +370,7 @@ def _bar_kind(msg: str, desc: str, fields: dict[str, Any], at: int) -> _Parsed:
 def literal_keys(patterns: LogPatterns | None = None) -> tuple[str, ...]:
     """Substrings one of which every line that yields a parsed event contains (each format's
     needle): the log source's prefilter skips lines holding none of them unparsed."""
-    pats = default_patterns() if patterns is None else patterns
+    pats = NO_ENGINES if patterns is None else patterns
     return (
         "flashinfer.jit: ",  # _jit
         *dict.fromkeys(r.needle for r in (*pats.first, *pats.rest)),  # engine profiles

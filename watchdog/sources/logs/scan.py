@@ -28,7 +28,7 @@ def prefilter_for(
     hyperscan: bool = True,
     patterns: LogPatterns | None = None,
 ) -> Prefilter:
-    """The prefilter for the parser's keys (of `patterns`, else the shipped formats), the keep
+    """The prefilter for the parser's keys (of `patterns`, else the engine-neutral ones), the keep
     pattern's literals and `extra` keys."""
     keep_keys = required_literals(keep)
     if keep_keys is None:  # a keep rule without a literal: every line must be parsed
@@ -72,7 +72,7 @@ class BlockScanner:
         patterns: LogPatterns | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`patterns`: the engine log formats to read (None: the shipped profiles')."""
+        """`patterns`: the engine log formats to read (None: no engine's, see parse_line)."""
         self.keep = keep
         self.patterns = patterns
         if prefilter is None:

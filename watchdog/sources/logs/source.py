@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO, Protocol
 
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import keep_with_ops, load_ops
+from watchdog.core.openops import OpDef, keep_with_ops
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 from watchdog.sources.logs.parse import LogPatterns, clean_line, parse_line
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text, tail_lines
@@ -218,6 +218,7 @@ class LogSource:
         readers: Sequence[LineReader],
         *,
         keep: re.Pattern[str] | None = None,
+        ops: Sequence[OpDef] = (),
         patterns: LogPatterns | None = None,
         max_events_per_tick: int = 500,
         tail_lines: int = 2000,
@@ -232,11 +233,11 @@ class LogSource:
         self.skipped: dict[str, int] = {"dropped": 0, "lag": 0, "budget": 0}
         self.on_skip = on_skip
         self._readers = list(readers)
-        # Start and end lines of operations (core/openops.py) are kept too: a stall that
-        # lasts inside one of them names its cause.
-        self._keep = keep_with_ops(keep, load_ops())
+        # Start and end lines of operations (core/openops.py, SignatureSet.ops) are kept too:
+        # a stall that lasts inside one of them names its cause.
+        self._keep = keep_with_ops(keep, ops)
         # The engine log formats (shipped plus operator `--engines` profiles) this source reads;
-        # None: the shipped ones. Each source holds its own: nothing is set module-wide.
+        # None: no engine's (parse.NO_ENGINES). Each source holds its own: nothing module-wide.
         self._patterns = patterns
         self._scanner = BlockScanner(self._keep, patterns=patterns, clock=clock)
         self._stack_blocks = StackBlocks(self._scanner, clock=clock)
