@@ -106,7 +106,7 @@ def _patterns(files: list[str]) -> Any:
     """The log formats of the shipped and the operator's engine profiles; None (reported) if a
     profile file is bad."""
     from watchdog.engines.loader import EngineError, load_engines
-    from watchdog.sources.logs.parse import LogPatterns, default_patterns
+    from watchdog.sources.logs import LogPatterns, default_patterns
 
     if not files:
         return default_patterns()
@@ -257,9 +257,10 @@ def plain_log(
 ) -> int:
     """Name what a plain log shows: signatures, stacks it holds, and what it ended inside."""
     from watchdog.commands.replayclass import log_classes
-    from watchdog.commands.replaylog import report, scan_log
+    from watchdog.commands.replaylog import report
+    from watchdog.sources.logs import scan_bytes
 
-    scan = scan_log(data, sigs, patterns=patterns)
+    scan = scan_bytes(data, sigs, patterns)
     matches = name_signatures(scan.events, sigs)
     classes = None if matches else log_classes(scan.events, data, sigs)
     return report(

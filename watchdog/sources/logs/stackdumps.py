@@ -1,13 +1,13 @@
 """Stack dumps that a server (or an operator) already wrote into its log, found line by line.
 
-Hang reports and SGLang's own watchdog paste stacks into the log: py-spy text (with and
-without `--native`), `faulthandler` tracebacks, gdb `bt` / pstack output and Python
-tracebacks. StackScanner finds them inside an ordinary log stream, with engine prefixes
-(`(Worker_TP1 pid=7) `, `[2025-01-01 12:00:00 TP0] `, `ERROR 01-12 02:58:31 [x.py:654] `) and
-with other processes' lines interleaved, and turns each dump into a `stack` LogEvent whose
-fields carry StackSample data, so the same signature stack rules apply to it
-(watchdog/core/logdumps.py turns it back). Pure and bounded: every regex is anchored and
-linear, and an open dump holds at most `max_frames` frames per thread and `max_threads` threads.
+Hang reports and SGLang's own watchdog paste stacks into the log: py-spy text (with and without
+`--native`), `faulthandler` tracebacks, gdb `bt` / pstack output and Python tracebacks.
+StackScanner finds them inside an ordinary log stream, with engine prefixes (`(Worker_TP1 pid=7)
+`, `[2025-01-01 12:00:00 TP0] `, `ERROR 01-12 02:58:31 [x.py:654] `) and with other processes'
+lines interleaved, and turns each dump into a `stack` LogEvent that carries it as a StackSample
+(`LogEvent.stack`), so the same signature stack rules apply to it (watchdog/core/logdumps.py
+pairs the dumps of one process). Pure and bounded: every regex is anchored and linear, and an
+open dump holds at most `max_frames` frames per thread and `max_threads` threads.
 
 Formats, read from upstream:
 - py-spy 0.4 `dump` text (benfred/py-spy src/dump.rs `print_traces`): `Process PID: CMDLINE`,
@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
-from watchdog.core.model import LogEvent
+from watchdog.core.model import Frame, LogEvent, StackSample, ThreadStack
 from watchdog.sources.logs.stackformats import (
     FH_FRAME,
     FH_THREAD,
@@ -53,7 +52,7 @@ class _Thread:
     tid: int
     name: str
     active: bool = False
-    frames: list[dict[str, Any]] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
 
 
 @dataclass
@@ -283,7 +282,7 @@ class StackScanner:
         dump.threads.append(_Thread(tid, name, active=bool(m.group("current"))))
 
     @staticmethod
-    def _pyspy_frame(m: re.Match[str]) -> dict[str, Any]:
+    def _pyspy_frame(m: re.Match[str]) -> Frame:
         where = m.group("where")
         w = PYSPY_WHERE.match(where)
         if w is not None:
@@ -291,12 +290,12 @@ class StackScanner:
         return _frame(m.group("name").strip(), where, 0)  # --native: the library, no line
 
     @staticmethod
-    def _gdb_frame(m: re.Match[str]) -> dict[str, Any]:
+    def _gdb_frame(m: re.Match[str]) -> Frame:
         return _frame(
             m.group("name"), m.group("file") or m.group("lib") or "", int(m.group("line") or 0)
         )
 
-    def _add(self, dump: _Dump, frame: dict[str, Any]) -> None:
+    def _add(self, dump: _Dump, frame: Frame) -> None:
         th = dump.thread()
         if len(th.frames) < self.max_frames:
             th.frames.append(frame)
@@ -309,12 +308,12 @@ class StackScanner:
         return [_event(dump, threads, source)]
 
 
-def _frame(name: str, filename: str, line: int) -> dict[str, Any]:
-    return {"name": name, "filename": filename, "line": line}
+def _frame(name: str, filename: str, line: int) -> Frame:
+    return Frame(name=name, filename=filename, line=line)
 
 
 def _event(dump: _Dump, threads: list[_Thread], source: str) -> LogEvent:
-    """One dump as a `stack` LogEvent; its fields are StackSample data (core/logdumps.py)."""
+    """One dump as a `stack` LogEvent: the StackSample in `stack`, what it came from in fields."""
     frames = sum(len(t.frames) for t in threads)
     who = f"pid {dump.pid}" if dump.pid is not None else (dump.stream or "the log")
     title = dump.title or dump.stream
@@ -333,16 +332,20 @@ def _event(dump: _Dump, threads: list[_Thread], source: str) -> LogEvent:
             "title": title,
             "stream": dump.stream,
             "exception": dump.exc or None,
-            "threads": [
-                {
-                    "thread_id": t.tid,
-                    "name": t.name,
-                    "active": t.active,
-                    "frames": list(reversed(t.frames)) if dump.reverse else t.frames,
-                }
-                for t in threads
-            ],
         },
+        stack=StackSample(
+            pid=dump.pid or 0,
+            title=title,
+            threads=tuple(
+                ThreadStack(
+                    thread_id=t.tid,
+                    name=t.name,
+                    frames=tuple(reversed(t.frames) if dump.reverse else t.frames),
+                    active=t.active,
+                )
+                for t in threads
+            ),
+        ),
     )
 
 
