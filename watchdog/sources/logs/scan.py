@@ -7,6 +7,7 @@ same input and compares them.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -191,16 +192,58 @@ class StackBlocks:
             pos = _next_line(data, stop)
             if stop == start:
                 continue
-            line = clean_line(block.text(start, stop))
-            events += stacks.feed(line, source)
+            while si < len(starts) and starts[si] < start:
+                si += 1
+            may_start = si < len(starts) and starts[si] == start
+            line = self._feed(block, start, stop, stacks, source, may_start, events)
             while ci < len(cands) and cands[ci][0] < start:
                 ci += 1
             if ci < len(cands) and cands[ci][0] == start:
+                line = clean_line(block.text(start, stop)) if line is None else line
                 events += parse_text(line, source, keep, pats)
                 ci += 1
             if clock() > deadline:
                 return events, rest(pos)
         return events, None
+
+    def _feed(
+        self,
+        block: Block,
+        start: int,
+        stop: int,
+        stacks: StackScanner,
+        source: str,
+        may_start: bool,
+        events: list[LogEvent],
+    ) -> str | None:
+        """One line to the stack scanner while a dump is open; its cleaned text, or None when
+        it was only counted (no start key, no open dump's stream: a busy server's access
+        lines between a cut traceback and the end of its span are neither decoded nor split)."""
+        member = stream_members(stacks.open_streams())
+        if may_start or member is None or member.search(block.data, start, stop):
+            line = clean_line(block.text(start, stop))
+            events += stacks.feed(line, source, may_start=may_start)
+            return line
+        events += stacks.advance(source)
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def stream_members(streams: tuple[str, ...]) -> re.Pattern[bytes] | None:
+    """Bytes that every line of one of these dump streams holds (stackformats.strip_prefixes
+    names a stream by the prefix text); None when any line may be one (a dump of lines without
+    a prefix is open). A line with an escape or a non-ASCII byte always counts: cleaning can
+    join the escape's neighbours, and `\\d` matches Unicode digits that int() reads."""
+    parts = [rb"[\x1b\x80-\xff]"]
+    for key in streams:
+        if not key:
+            return None
+        proc, sep, pid = key.partition(" pid=")
+        if sep:  # vLLM `(Proc pid=N) `: N as written may have leading zeros
+            parts.append(re.escape(f"({proc} pid=".encode()) + rb"0*" + pid.encode() + rb"\)")
+        else:  # SGLang's `[... TP0]` ranks, torch's `[rank0]`: the key is in the line
+            parts.append(re.escape(key.encode()))
+    return re.compile(b"|".join(parts))
 
 
 def _line_at(data: bytes, pos: int) -> tuple[int, int]:

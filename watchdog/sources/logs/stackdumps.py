@@ -100,15 +100,24 @@ class StackScanner:
         self._open: dict[str, _Dump] = {}
         self._pending_pid: dict[str, tuple[int, str]] = {}  # SGLang's "Pyspy dump for PID N:"
 
-    def feed(self, raw: str, source: str = "") -> list[LogEvent]:
-        """The dumps this line ends (usually none)."""
+    def feed(self, raw: str, source: str = "", *, may_start: bool = True) -> list[LogEvent]:
+        """The dumps this line ends (usually none). `may_start=False` says the line holds none
+        of start_keys(), so it neither starts a dump nor names SGLang's dump pid (the block
+        path knows that from its prefilter, and the start patterns are then not tried)."""
         if len(raw) > 4096:
             raw = raw[:4096]
         msg, key, pid = strip_prefixes(raw)
         self._n += 1
-        out: list[LogEvent] = self._expire(key, source) if self._open else []
+        out: list[LogEvent] = []
+        for open_dump in self._open.values():
+            if self._n - open_dump.last > self.max_span:
+                out = self._expire(key, source)
+                break
         dump = self._open.get(key)
         if dump is not None and self._extend(dump, msg):
+            return out
+        if not may_start:
+            self._no_start(dump, key, msg, source, out)
             return out
         started = self._start(msg, key, pid, raw)
         if started is not None:
@@ -117,17 +126,36 @@ class StackScanner:
             started.last = self._n
             self._open[key] = started
             return out
-        if dump is not None:
-            # py-spy separates threads with blank lines; elsewhere a blank line is a gap too
-            dump.gap += 0 if dump.fmt == "py-spy" and not msg.strip() else 1
-            if dump.gap > self.max_gap:
-                out += self._close(key, source)
+        self._no_start(dump, key, msg, source, out)
         m = SGLANG_DUMP.search(msg)
         if m is not None:
             self._pending_pid[key] = (int(m.group("pid")), raw)
         return out
 
-    def _expire(self, key: str, source: str) -> list[LogEvent]:
+    def _no_start(
+        self, dump: _Dump | None, key: str, msg: str, source: str, out: list[LogEvent]
+    ) -> None:
+        """A line of an open dump's stream that neither continues nor restarts it: a gap."""
+        if dump is not None:
+            # py-spy separates threads with blank lines; elsewhere a blank line is a gap too
+            dump.gap += 0 if dump.fmt == "py-spy" and not msg.strip() else 1
+            if dump.gap > self.max_gap:
+                out += self._close(key, source)
+
+    def advance(self, source: str = "") -> list[LogEvent]:
+        """`feed` of a line that holds no start key and belongs to no open dump's stream
+        (block path: see `open_streams`): it is only counted, so dumps past their span end."""
+        self._n += 1
+        for dump in self._open.values():
+            if self._n - dump.last > self.max_span:
+                return self._expire(None, source)
+        return []
+
+    def open_streams(self) -> tuple[str, ...]:
+        """The stream keys of the open dumps ("" is a line without an engine prefix)."""
+        return tuple(self._open)
+
+    def _expire(self, key: str | None, source: str) -> list[LogEvent]:
         """Close the other streams' dumps that got no line in the last `max_span` lines."""
         out: list[LogEvent] = []
         for other in [k for k, d in self._open.items() if self._n - d.last > self.max_span]:
