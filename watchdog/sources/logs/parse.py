@@ -338,8 +338,8 @@ def _head(msg: str, i: int, sep: str) -> tuple[str, str] | None:
 
 
 def _bars(msg: str) -> _Parsed | None:
-    if "it" not in msg and "Completed" not in msg:
-        return None
+    if "% Completed |" not in msg and "%|" not in msg and "it [" not in msg:
+        return None  # none of the three bar forms' needles
     for i in _needles(msg, "% Completed |"):
         m = _LOADING_TAIL.match(msg, i)
         head = _head(msg, i, "s") if m else None

@@ -219,8 +219,13 @@ class StackBlocks:
         """One line to the stack scanner while a dump is open; its cleaned text, or None when
         it was only counted (no start key, no open dump's stream: a busy server's access
         lines between a cut traceback and the end of its span are neither decoded nor split)."""
-        member = stream_members(stacks.open_streams())
-        if may_start or member is None or member.search(block.data, start, stop):
+        members = stream_members(stacks.open_streams())
+        fed = may_start or members is None
+        for member in () if fed else members:  # type: ignore[union-attr]
+            if member.search(block.data, start, stop) is not None:
+                fed = True
+                break
+        if fed:
             line = clean_line(block.text(start, stop))
             events += stacks.feed(line, source, may_start=may_start)
             return line
@@ -228,22 +233,27 @@ class StackBlocks:
         return None
 
 
+_ODD_BYTE = re.compile(rb"[\x1b\x80-\xff]")
+
+
 @functools.lru_cache(maxsize=64)
-def stream_members(streams: tuple[str, ...]) -> re.Pattern[bytes] | None:
-    """Bytes that every line of one of these dump streams holds (stackformats.strip_prefixes
-    names a stream by the prefix text); None when any line may be one (a dump of lines without
+def stream_members(streams: tuple[str, ...]) -> tuple[re.Pattern[bytes], ...] | None:
+    """Patterns one of which every line of one of these dump streams matches (strip_prefixes
+    names a stream by its prefix text); None when any line may be one (a dump of lines without
     a prefix is open). A line with an escape or a non-ASCII byte always counts: cleaning can
-    join the escape's neighbours, and `\\d` matches Unicode digits that int() reads."""
-    parts = [rb"[\x1b\x80-\xff]"]
+    join the escape's neighbours, and `\\d` matches Unicode digits that int() reads. Each
+    pattern starts with a literal or is one class, so `re` scans for it quickly."""
+    parts = [_ODD_BYTE]
     for key in streams:
         if not key:
             return None
         proc, sep, pid = key.partition(" pid=")
         if sep:  # vLLM `(Proc pid=N) `: N as written may have leading zeros
-            parts.append(re.escape(f"({proc} pid=".encode()) + rb"0*" + pid.encode() + rb"\)")
+            text = re.escape(f"({proc} pid=".encode()) + rb"0*" + pid.encode() + rb"\)"
         else:  # SGLang's `[... TP0]` ranks, torch's `[rank0]`: the key is in the line
-            parts.append(re.escape(key.encode()))
-    return re.compile(b"|".join(parts))
+            text = re.escape(key.encode())
+        parts.append(re.compile(text))
+    return tuple(parts)
 
 
 def _line_at(data: bytes, pos: int) -> tuple[int, int]:
