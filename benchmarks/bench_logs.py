@@ -114,7 +114,7 @@ def throughput(mib: float, work: Path, access_per_copy: int = 15000) -> tuple[fl
     kept = int((work / "grep.out").read_text().strip() or 0)
     print(
         f"log throughput, {size:.1f} MiB log, {access_per_copy} access lines per copy of the "
-        f"samples ({n_lines} lines, {kept / n_lines:.0%} of them match the keep pattern)"
+        f"samples ({n_lines} lines, {kept / n_lines:.1%} of them match the keep pattern)"
     )
     rows = [
         ("wc -l", wc),
