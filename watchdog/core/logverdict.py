@@ -76,8 +76,10 @@ def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[Log
     collective hang, and gloo's timeout before `WorkerProc failed to start` is the network."""
     first = {}
     for m in ranked:
-        at = [i for i, e in enumerate(events) if e.line in m.lines]
-        first[m.signature.id] = min(at) if at else len(events)
+        lines = set(m.lines)
+        first[m.signature.id] = next(
+            (i for i, e in enumerate(events) if e.line in lines), len(events)
+        )
     causes = [m for m in ranked if not m.signature.consequence]
     out = list(ranked)
     for m in ranked:

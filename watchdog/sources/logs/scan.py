@@ -144,6 +144,7 @@ class StackBlocks:
         keys = start_keys()
         self.starts = Prefilter(keys) if keys is not None else Prefilter(None)
         self._clock = clock
+        self._odd = True  # the block being scanned has an escape or a non-ASCII byte
 
     def scan(
         self, block: Block, source: str, stacks: StackScanner, deadline: float = float("inf")
@@ -152,6 +153,7 @@ class StackBlocks:
 
         The clock is read after every line handled, and at least one is handled per call."""
         data = block.data
+        self._odd = _ODD_BYTE.search(data) is not None  # once per block, not per line
         cands = self.parser.prefilter.spans(data)
         starts = [s for s, _e in self.starts.spans(data)]
         events: list[LogEvent] = []
@@ -219,7 +221,7 @@ class StackBlocks:
         """One line to the stack scanner while a dump is open; its cleaned text, or None when
         it was only counted (no start key, no open dump's stream: a busy server's access
         lines between a cut traceback and the end of its span are neither decoded nor split)."""
-        members = stream_members(stacks.open_streams())
+        members = stream_members(stacks.open_streams(), self._odd)
         fed = may_start or members is None
         for member in () if fed else members:  # type: ignore[union-attr]
             if member.search(block.data, start, stop) is not None:
@@ -237,13 +239,16 @@ _ODD_BYTE = re.compile(rb"[\x1b\x80-\xff]")
 
 
 @functools.lru_cache(maxsize=64)
-def stream_members(streams: tuple[str, ...]) -> tuple[re.Pattern[bytes], ...] | None:
+def stream_members(
+    streams: tuple[str, ...], odd: bool = True
+) -> tuple[re.Pattern[bytes], ...] | None:
     """Patterns one of which every line of one of these dump streams matches (strip_prefixes
     names a stream by its prefix text); None when any line may be one (a dump of lines without
     a prefix is open). A line with an escape or a non-ASCII byte always counts: cleaning can
     join the escape's neighbours, and `\\d` matches Unicode digits that int() reads. Each
-    pattern starts with a literal or is one class, so `re` scans for it quickly."""
-    parts = [_ODD_BYTE]
+    pattern starts with a literal or is one class, so `re` scans for it quickly. `odd=False`:
+    the block holds no such byte, so that class is not searched line by line."""
+    parts = [_ODD_BYTE] if odd else []
     for key in streams:
         if not key:
             return None
