@@ -153,7 +153,7 @@ class StackBlocks:
 
         The clock is read after every line handled, and at least one is handled per call."""
         data = block.data
-        self._odd = _ODD_BYTE.search(data) is not None  # once per block, not per line
+        self._odd = b"\x1b" in data or not data.isascii()  # once per block, not per line
         cands = self.parser.prefilter.spans(data)
         starts = [s for s, _e in self.starts.spans(data)]
         events: list[LogEvent] = []
