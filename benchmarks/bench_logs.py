@@ -1,12 +1,14 @@
 """Log throughput against `grep -P` and `wc -l` on the same file, and the live source under a
 burst (prints numbers and ratios; asserts nothing).
 
-1. Writes a busy-server log (benchmarks/logload.py: uvicorn access lines around the real
-   samples in tests/data/logs/) of --mib MiB.
-2. Times, on that file: `grep -cP` with the signatures' keep pattern (output to a file: GNU
+1. Writes a log of --mib MiB (benchmarks/logload.py: uvicorn access lines around the real
+   samples in tests/data/logs/), twice: sparse (15,000 access lines per copy of the samples,
+   a busy server) and dense (200 per copy: most lines are ones the watchdog keeps).
+2. Times, on each file: `grep -cP` with the signatures' keep pattern (output to a file: GNU
    grep stops at the first match when it writes to /dev/null), `wc -l`, the whole
    `hang-watchdog replay FILE` command, and in-process the old line-by-line path and the
-   prefiltered block path over the same bytes.
+   prefiltered block path over the same bytes (the old path on the sparse file only), then
+   prints replay's speed against grep's for both files side by side.
 3. Burst: a writer appends --burst-lines lines over --burst-s seconds (NCCL_DEBUG=INFO-like
    noise, stats lines and tqdm redraws) while a LogSource follows the file at a 1 s tick;
    prints the slowest tick, the RSS growth and the lines skipped by reason.
@@ -55,19 +57,23 @@ def timed(argv: list[str], out: Path) -> float:
     return best
 
 
-def in_process(data: bytes, keep: re.Pattern[str] | None) -> tuple[float, float, int, int]:
+def in_process(
+    data: bytes, keep: re.Pattern[str] | None, *, line_path: bool = True
+) -> tuple[float, float, int, int]:
     """(old seconds, new seconds, old events, new events): the live source's two paths (the
-    operations' lines kept too, stack dumps in the log scanned) over the same bytes."""
+    operations' lines kept too, stack dumps in the log scanned) over the same bytes; the old
+    line-by-line one only if `line_path` (else 0.0 s, 0 events)."""
     keep = keep_with_ops(keep, load_ops())
     t0 = time.perf_counter()
-    splitter, stacks = LineSplitter(), StackScanner()
     old: list[LogEvent] = []
-    for raw in splitter.feed(data) + [x for x in [splitter.flush()] if x]:
-        line = clean_line(raw)
-        old += stacks.feed(line, "bench")
-        if line:
-            old += parse_text(line, "bench", keep)
-    old += stacks.flush("bench")
+    if line_path:
+        splitter, stacks = LineSplitter(), StackScanner()
+        for raw in splitter.feed(data) + [x for x in [splitter.flush()] if x]:
+            line = clean_line(raw)
+            old += stacks.feed(line, "bench")
+            if line:
+                old += parse_text(line, "bench", keep)
+        old += stacks.flush("bench")
     t_old = time.perf_counter() - t0
     t0 = time.perf_counter()
     blocks, stacks = BlockSplitter(), StackScanner()
@@ -82,8 +88,14 @@ def in_process(data: bytes, keep: re.Pattern[str] | None) -> tuple[float, float,
     return t_old, t_new, len(old), len(new)
 
 
-def throughput(mib: float, work: Path) -> None:
-    log = write_busy_log(work / "busy.log", mib)
+# Access lines between two copies of the samples: "sparse" is a busy server (about 97 % of the
+# bytes are access lines), "dense" a log where most lines are ones the watchdog keeps.
+COMPOSITIONS = (("sparse", 15000), ("dense", 200))
+
+
+def throughput(mib: float, work: Path, access_per_copy: int = 15000) -> tuple[float, float]:
+    """Time one composition; returns (grep MiB/s, replay MiB/s)."""
+    log = write_busy_log(work / "busy.log", mib, access_per_copy)
     size = log.stat().st_size / 1048576
     keep = load_signatures().log_keep_pattern()
     assert keep is not None
@@ -95,10 +107,15 @@ def throughput(mib: float, work: Path) -> None:
     tiny = work / "tiny.log"
     tiny.write_bytes(b"INFO 12-01 10:00:00 [api_server.py:1] nothing to see\n")
     start = timed([sys.executable, "-m", "watchdog", "replay", str(tiny)], work / "start.out")
-    t_old, t_new, n_old, n_new = in_process(log.read_bytes(), keep)
+    line_path = access_per_copy >= 1000  # the old path takes minutes on a dense log
+    t_old, t_new, n_old, n_new = in_process(log.read_bytes(), keep, line_path=line_path)
     engine = BlockScanner(keep_with_ops(keep, load_ops())).prefilter.engine
     n_lines = log.read_bytes().count(b"\n")
-    print(f"log throughput, {size:.1f} MiB busy-server log ({n_lines} lines)")
+    kept = int((work / "grep.out").read_text().strip() or 0)
+    print(
+        f"log throughput, {size:.1f} MiB log, {access_per_copy} access lines per copy of the "
+        f"samples ({n_lines} lines, {kept / n_lines:.1%} of them match the keep pattern)"
+    )
     rows = [
         ("wc -l", wc),
         ("grep -cP keep pattern", grep),
@@ -106,16 +123,22 @@ def throughput(mib: float, work: Path) -> None:
         ("  of which start-up (replay of a 1-line log)", start),
         ("  the rest: the log path", replay - start),
         (f"live block path, in-process (prefilter: {engine})", t_new),
-        ("live line-by-line path, in-process (before)", t_old),
     ]
+    if line_path:
+        rows.append(("live line-by-line path, in-process (before)", t_old))
     for name, secs in rows:
         print(f"  {name:<46} {secs:7.3f} s  {size / secs:9.1f} MiB/s")
-    print(f"  events kept: old {n_old}, new {n_new}")
+    if line_path:
+        print(f"  events kept: old {n_old}, new {n_new}")
+    else:
+        print(f"  events kept: {n_new}")
     print(f"  replay speed / grep speed (whole command):      {grep / replay:.2f}")
     print(f"  replay's log path speed / grep speed:           {grep / (replay - start):.2f}")
     print(f"  block path speed / grep speed (in-process):     {grep / t_new:.2f}")
     print(f"  block path speed / wc -l speed:                 {wc / t_new:.3f}")
-    print(f"  block path / old path speed-up:                 {t_old / t_new:.1f}x")
+    if line_path:
+        print(f"  block path / old path speed-up:                 {t_old / t_new:.1f}x")
+    return size / grep, size / replay
 
 
 _NOISE = (
@@ -178,7 +201,13 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-logs-"))
     try:
-        throughput(args.mib, work)
+        speeds = [(name, n, *throughput(args.mib, work, n)) for name, n in COMPOSITIONS]
+        print("replay vs grep -cP, side by side (whole `hang-watchdog replay` command):")
+        for name, n, grep, replay in speeds:
+            print(
+                f"  {name:<6} ({n:>5} access lines per copy): grep {grep:6.1f} MiB/s, "
+                f"replay {replay:6.1f} MiB/s, replay / grep {replay / grep:.2f}"
+            )
         burst(args.burst_lines, args.burst_s, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -34,7 +34,7 @@ def busy_log(mib: float, access_per_copy: int = 15000) -> bytes:
     return copy * max(1, round(mib * 1048576 / len(copy)))
 
 
-def write_busy_log(path: Path, mib: float) -> Path:
+def write_busy_log(path: Path, mib: float, access_per_copy: int = 15000) -> Path:
     """Write the busy log to `path` (for grep, wc and replay to read the same file)."""
-    path.write_bytes(busy_log(mib))
+    path.write_bytes(busy_log(mib, access_per_copy))
     return path

@@ -10,6 +10,7 @@ import pytest
 
 from tests.fakes import STANDIN, install_journalctl
 from watchdog.sources.logs.journal import JournalReader
+from watchdog.sources.logs.split import Block
 
 
 class FakeClock:
@@ -89,6 +90,26 @@ def test_json_output_decodes_string_byte_array_and_multiline_messages(standin: P
             reader.read()
             time.sleep(0.02)
         assert reader.bad_records == 1
+    finally:
+        reader.close()
+
+
+def test_json_messages_are_handed_over_as_blocks_of_their_lines(standin: Path) -> None:
+    """The log source reads every reader's blocks; a JSON record's MESSAGE becomes its lines."""
+    records = [
+        {"__CURSOR": "s=1", "MESSAGE": "EngineDead\u0000Error: gone\r\nsecond line"},
+        {"__CURSOR": "s=2", "MESSAGE": "third"},
+    ]
+    (standin / "out").write_text("".join(json.dumps(r) + "\n" for r in records))
+    reader = JournalReader("vllm.service", output="json")
+    try:
+        blocks: list[Block] = []
+        deadline = time.monotonic() + 20
+        while sum(b.count() for b in blocks) < 3 and time.monotonic() < deadline:
+            blocks += reader.read_blocks()
+            time.sleep(0.02)
+        assert all(isinstance(b, Block) for b in blocks)
+        assert b"".join(b.data for b in blocks) == b"EngineDeadError: gone\nsecond line\nthird\n"
     finally:
         reader.close()
 

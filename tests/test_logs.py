@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tests.shipped import PATTERNS
 from watchdog.sources.logs.source import FileFollower, LogSource, StreamReader
+from watchdog.sources.logs.split import Block
 
 DATA = Path(__file__).parent / "data" / "logs"
 
@@ -29,7 +30,7 @@ def poll_until(read: Callable[[], list[str]], want: int, timeout: float = 20.0) 
 
 
 class ListReader:
-    """A LineReader over a fixed list, for LogSource tests that are not about I/O."""
+    """A block reader over a fixed list of lines, for LogSource tests that are not about I/O."""
 
     def __init__(self, name: str, lines: list[str], error: str | None = None) -> None:
         self.name = name
@@ -37,9 +38,9 @@ class ListReader:
         self._lines = lines
         self.closed = False
 
-    def read(self) -> list[str]:
+    def read_blocks(self) -> list[Block]:
         lines, self._lines = self._lines, []
-        return lines
+        return [Block("".join(f"{x}\n" for x in lines).encode())] if lines else []
 
     def close(self) -> None:
         self.closed = True

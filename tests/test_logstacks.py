@@ -12,6 +12,7 @@ import pytest
 
 from tests.shipped import PATTERNS
 from watchdog.core.logdumps import log_stacks
+from watchdog.core.model import Frame, LogEvent, ThreadStack
 from watchdog.sources.logs.parse import clean_line
 from watchdog.sources.logs.split import LineSplitter
 from watchdog.sources.logs.stackdumps import StackScanner, scan_lines, strip_prefixes
@@ -26,42 +27,42 @@ def lines(name: str) -> list[str]:
     return [clean_line(x) for x in raw + ([tail] if tail else [])]
 
 
-def dumps(name: str) -> list[dict]:
-    return [e.fields for e in scan_lines(lines(name))]
+def dumps(name: str) -> list[LogEvent]:
+    return scan_lines(lines(name))
 
 
-def names(thread: dict) -> list[str]:
-    return [f["name"] for f in thread["frames"]]
+def names(thread: ThreadStack) -> list[str]:
+    return [f.name for f in thread.frames]
 
 
 def test_sglang_pyspy_dump_under_compose_prefix_is_found() -> None:
     found = dumps("n02_sgl12076_compose_pyspy_dump_eagle.log")
-    sched = next(d for d in found if d["pid"] == 309)
-    assert sched["format"] == "py-spy"
-    assert sched["title"] == "sglang::scheduler_TP6"
-    main = sched["threads"][0]
-    assert main["name"] == "MainThread" and main["active"]
+    sched = next(d for d in found if d.fields["pid"] == 309)
+    assert sched.fields["format"] == "py-spy"
+    assert sched.fields["title"] == "sglang::scheduler_TP6"
+    main = sched.stack.threads[0]
+    assert main.name == "MainThread" and main.active
     assert names(main)[:2] == ["_apply", "apply"]
-    assert main["frames"][0]["filename"] == "penaltylib/min_new_tokens.py"
-    assert main["frames"][0]["line"] == 78
+    assert main.frames[0].filename == "penaltylib/min_new_tokens.py"
+    assert main.frames[0].line == 78
     # The watchdog thread's dump above it (its header was cut) is a dump of its own.
     watchdog = next(d for d in found if d is not sched)
-    assert "pyspy_dump_schedulers" in names(watchdog["threads"][0])
+    assert "pyspy_dump_schedulers" in names(watchdog.stack.threads[0])
 
 
 def test_pyspy_thread_without_id_is_parsed() -> None:
     (d,) = dumps("n28_sgl29073_pyspy_allreduce_fusion_rendezvous.log")
-    assert names(d["threads"][0])[:2] == ["rendezvous", "_alloc_symm_buffer_bytes"]
+    assert names(d.stack.threads[0])[:2] == ["rendezvous", "_alloc_symm_buffer_bytes"]
 
 
 def test_pyspy_absolute_paths_and_several_threads() -> None:
     (d,) = dumps("n27_sgl5034_pyspy_forward_thread_filelock.log")
-    assert [t["name"] for t in d["threads"]] == [
+    assert [t.name for t in d.stack.threads] == [
         "Thread-2",
         "Thread-3",
         "Thread-4 (forward_thread_func)",
     ]
-    assert names(d["threads"][2])[:3] == ["acquire", "__enter__", "load_cuda_ops"]
+    assert names(d.stack.threads[2])[:3] == ["acquire", "__enter__", "load_cuda_ops"]
 
 
 def test_pyspy_native_frames_name_the_library() -> None:
@@ -73,32 +74,32 @@ def test_pyspy_native_frames_name_the_library() -> None:
         "    cuEventSynchronize                                       (libcuda.so.1)",
         "    synchronize (torch/cuda/streams.py:224)",
     ]
-    (d,) = [e.fields for e in scan_lines(text)]
-    first, second = d["threads"][0]["frames"]
-    assert (first["name"], first["filename"], first["line"]) == (
+    (d,) = scan_lines(text)
+    first, second = d.stack.threads[0].frames
+    assert (first.name, first.filename, first.line) == (
         "cuEventSynchronize",
         "libcuda.so.1",
         0,
     )
-    assert (second["name"], second["line"]) == ("synchronize", 224)
+    assert (second.name, second.line) == ("synchronize", 224)
 
 
 def test_gdb_thread_apply_all_bt_with_named_threads() -> None:
     (d,) = dumps("n49_trt2560_gdb_named_threads_ib_async.log")
-    assert d["format"] == "gdb"
-    assert [t["thread_id"] for t in d["threads"]] == [2791195, 2791192]
-    assert names(d["threads"][0])[:4] == [
+    assert d.fields["format"] == "gdb"
+    assert [t.thread_id for t in d.stack.threads] == [2791195, 2791192]
+    assert names(d.stack.threads[0])[:4] == [
         "read",
         "ibv_get_async_event",
         "wrap_ibv_get_async_event",
         "ncclIbAsyncThreadMain",
     ]
-    assert d["threads"][0]["frames"][3]["filename"].endswith("libnccl.so.2")
+    assert d.stack.threads[0].frames[3].filename.endswith("libnccl.so.2")
 
 
 def test_gdb_bt_with_wrapped_argument_lines() -> None:
     (d,) = dumps("n09_ompi101_gdb_bt_ibv_poll.log")
-    assert names(d["threads"][0]) == [
+    assert names(d.stack.threads[0]) == [
         "internal driver call",
         "internal driver call",
         "ibv_poll_cq",
@@ -109,12 +110,12 @@ def test_gdb_bt_with_wrapped_argument_lines() -> None:
 
 def test_faulthandler_current_thread_and_stack_forms() -> None:
     (a,) = dumps("n37_vllm6252_faulthandler_segfault_flashinfer.log")
-    assert a["format"] == "faulthandler"
-    assert names(a["threads"][0]) == ["begin_forward", "begin_forward"]
-    assert a["threads"][0]["frames"][0]["filename"].endswith("flashinfer/decode.py")
+    assert a.fields["format"] == "faulthandler"
+    assert names(a.stack.threads[0]) == ["begin_forward", "begin_forward"]
+    assert a.stack.threads[0].frames[0].filename.endswith("flashinfer/decode.py")
     (b,) = dumps("n38_vllm3053_faulthandler_segfault_graph_capture.log")
-    assert names(b["threads"][0])[0] == "capture_begin"
-    assert names(b["threads"][0])[-1] == "capture_model"
+    assert names(b.stack.threads[0])[0] == "capture_begin"
+    assert names(b.stack.threads[0])[-1] == "capture_model"
 
 
 def test_interleaved_worker_tracebacks_are_kept_apart() -> None:
@@ -123,11 +124,11 @@ def test_interleaved_worker_tracebacks_are_kept_apart() -> None:
     # frames and neither is reported as a dump.
     assert found == []
     text = lines("n21_vllm9839_v0_engine_iteration_timeout.log")
-    (d,) = [e.fields for e in scan_lines(text)]
-    assert d["format"] == "traceback"
+    (d,) = scan_lines(text)
+    assert d.fields["format"] == "traceback"
     # Tracebacks list the outermost frame first; dumps hold the innermost first.
-    assert names(d["threads"][0]) == ["_wait", "wait", "run_engine_loop"]
-    assert d["exception"] == "asyncio.exceptions.CancelledError"
+    assert names(d.stack.threads[0]) == ["_wait", "wait", "run_engine_loop"]
+    assert d.fields["exception"] == "asyncio.exceptions.CancelledError"
 
 
 def test_two_processes_interleaved_line_by_line() -> None:
@@ -142,10 +143,10 @@ def test_two_processes_interleaved_line_by_line() -> None:
         b + "RuntimeError: b",
         "(APIServer pid=1) INFO 01-12 02:58:32 [api.py:1] unrelated",
     ]
-    found = {e.fields["pid"]: e.fields for e in scan_lines(text)}
-    assert names(found[10]["threads"][0]) == ["all_reduce"]
-    assert names(found[11]["threads"][0]) == ["download_file"]
-    assert found[10]["stream"] == "Worker_TP0 pid=10"
+    found = {e.fields["pid"]: e for e in scan_lines(text)}
+    assert names(found[10].stack.threads[0]) == ["all_reduce"]
+    assert names(found[11].stack.threads[0]) == ["download_file"]
+    assert found[10].fields["stream"] == "Worker_TP0 pid=10"
 
 
 def test_a_dump_ends_when_its_stream_goes_quiet_while_others_log() -> None:
@@ -158,8 +159,8 @@ def test_a_dump_ends_when_its_stream_goes_quiet_while_others_log() -> None:
     assert out == [] and scanner.has_open  # within the span: other streams' lines leave it open
     out += scanner.feed(access, "t") + scanner.feed(access, "t")
     assert not scanner.has_open  # the span passed with no line of its own: it has ended
-    (d,) = [e.fields for e in out]
-    assert names(d["threads"][0]) == ["step"]
+    (d,) = out
+    assert names(d.stack.threads[0]) == ["step"]
     late = scanner.feed(w + '  File "/v/b.py", line 3, in late', "t")
     assert late == [] and not scanner.has_open  # a frame line alone starts nothing
 
@@ -183,7 +184,7 @@ def test_a_dump_still_open_at_the_end_of_a_live_tick_closes_on_the_next() -> Non
     assert scanner.tick("live") == []  # it got lines this tick
     (ev,) = scanner.tick("live")  # and none since
     assert ev.kind == "stack" and ev.fields["pid"] == 4085279
-    assert "dequeue" in names(ev.fields["threads"][0])
+    assert "dequeue" in names(ev.stack.threads[0])
 
 
 def test_one_dump_is_one_dump_and_unchanged_needs_two() -> None:
@@ -248,8 +249,8 @@ def test_fuzzed_and_truncated_input_never_raises_and_stays_bounded() -> None:
     total = time.perf_counter() - start
     print(f"\nfuzz: {len(feed)} lines in {total:.3f} s, slowest line {slowest * 1e3:.2f} ms")
     for ev in out:
-        assert len(ev.fields["threads"]) <= 8
-        assert all(len(t["frames"]) <= 50 for t in ev.fields["threads"])
+        assert len(ev.stack.threads) <= 8
+        assert all(len(t.frames) <= 50 for t in ev.stack.threads)
 
 
 def test_a_dump_in_one_journal_record_reaches_the_log_source(
@@ -305,9 +306,45 @@ def test_a_raised_exception_is_no_parked_thread_but_an_interrupted_wait_is() -> 
 
 def test_real_native_dump_quoted_from_a_comment() -> None:
     (d,) = dumps("n83_vllm43885_pyspy_native_culaunchkernel_sampling.log")
-    frames = d["threads"][0]["frames"]
+    frames = d.stack.threads[0].frames
     assert len(frames) == 17
-    assert frames[0] == {"name": "0x754925c6309a", "filename": "libcuda.so.1.1", "line": 0}
-    names_ = [f["name"] for f in frames]
+    assert frames[0] == Frame(name="0x754925c6309a", filename="libcuda.so.1.1", line=0)
+    names_ = [f.name for f in frames]
     assert "cuLaunchKernel" in names_ and "top_k_mask_logits" in names_
     assert "flashinfer::sampling::RadixTopKMaskLogitsMultiCTA<float, int>" in names_
+
+
+def test_a_dump_travels_typed_and_round_trips_through_a_timeline() -> None:
+    from watchdog.core.model import Observation, StackSample, from_dict, to_dict
+
+    (ev,) = dumps("n25_vllm50835_pyspy_enginecore_shm_dequeue.log")
+    assert isinstance(ev.stack, StackSample) and "threads" not in ev.fields
+    assert ev.stack.pid == ev.fields["pid"] == 4085279
+    obs = Observation(t=1.0, wall=2.0, logs=(ev,))
+    (back,) = from_dict(Observation, json.loads(json.dumps(to_dict(obs)))).logs
+    assert back == ev
+    assert log_stacks([back]) == log_stacks([ev])
+
+
+def test_a_timeline_recorded_with_dumps_as_dicts_still_reads_the_same_stacks() -> None:
+    """Timelines written before `LogEvent.stack` held each dump's threads as dicts in fields."""
+    from watchdog.core.model import Observation, from_dict, to_dict
+
+    (ev,) = dumps("n25_vllm50835_pyspy_enginecore_shm_dequeue.log")
+    assert ev.stack is not None
+    old = to_dict(ev)
+    old.pop("stack")
+    old["fields"]["threads"] = [
+        {
+            "thread_id": t.thread_id,
+            "name": t.name,
+            "active": t.active,
+            "frames": [{"name": f.name, "filename": f.filename, "line": f.line} for f in t.frames],
+        }
+        for t in ev.stack.threads
+    ]
+    recorded = {"t": 1.0, "wall": 2.0, "logs": [old]}
+    (back,) = from_dict(Observation, json.loads(json.dumps(recorded))).logs
+    assert back.stack is None
+    (sample,) = log_stacks([back])
+    assert sample == log_stacks([ev])[0] and sample.threads

@@ -1,7 +1,7 @@
-"""`replay`'s sparse read of a plain log (replaylog.scan_log) finds what the full read finds.
+"""`replay`'s sparse read of a plain log (logs.scan_bytes) finds what the full read finds.
 
 The full read (read_log: every line split, cleaned and kept; open_operations over all of them)
-and scan_log (prefilters for the events, the operations' lines and glued records) run over the
+and scan_bytes (prefilters for the events, the operations' lines and glued records) run over the
 real samples, the corpus and the noise of tests/test_logscan.py; events, the record count and
 the open operations must be the same (an operation's index is a position either way: a line
 number in one, a byte offset in the other, so only their order is compared).
@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import NOISE, SPAN, STACKS, workload
-from watchdog.commands.replaylog import read_log, scan_log
+from watchdog.commands.replaylog import read_log
 from watchdog.core.openops import OpenOp, load_ops, open_operations
 from watchdog.core.signatures import load_signatures
+from watchdog.sources.logs import scan_bytes
 
 HERE = Path(__file__).parent
 SIGS = load_signatures()
@@ -42,7 +43,7 @@ def unindexed(ops: list[OpenOp]) -> list[OpenOp]:
 def same(data: bytes) -> None:
     records, events = read_log(data, SIGS)
     full = open_operations(records, OPS)
-    scan = scan_log(data, SIGS, OPS)
+    scan = scan_bytes(data, SIGS, ops=OPS)
     assert scan.events == events
     assert scan.records == len(records)
     assert unindexed(scan.ops) == unindexed(full)
@@ -72,7 +73,7 @@ def test_open_for_is_measured_to_the_newest_stamp_of_its_format() -> None:
     later = b"2026-11-30 08:18:29,000 - INFO - x.py:1 - later\n"
     tail = b'(APIServer pid=1) INFO:     1.2.3.4:5 - "GET /health HTTP/1.1" 200 OK\n' * 50
     data = OPEN + later + b"INFO 11-30 09:00:00 [x.py:3] another format\n" + tail
-    ops = {o.op.id: o for o in scan_log(data, SIGS, OPS).ops}
+    ops = {o.op.id: o for o in scan_bytes(data, SIGS, ops=OPS).ops}
     assert ops["cubin_fetch"].open_s == 600.0
     assert ops["cubin_fetch"].progress_after  # the stats line after it shows progress
     assert ops["nccl_init"].open_s is None and not ops["nccl_init"].progress_after

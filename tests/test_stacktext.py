@@ -51,8 +51,9 @@ def test_rendered_text_equals_pyspy_text_for_the_same_process() -> None:
     rendered = render_text(proc.pid, cmdline, threads)
     expected = [ln for ln in text.stdout.splitlines() if not ln.startswith("Python v")]
     assert rendered.splitlines() == expected
-    (dump_event,) = [e.fields for e in scan_lines(rendered.splitlines())]
-    names = {t["name"]: [f["name"] for f in t["frames"]] for t in dump_event["threads"]}
+    (dump_event,) = scan_lines(rendered.splitlines())
+    assert dump_event.stack is not None
+    names = {t.name: [f.name for f in t.frames] for t in dump_event.stack.threads}
     assert names["rank-worker"][:2] == ["wait_here", "worker_loop"]
     assert names["MainThread"][:2] == ["wait_here", "worker_loop"]
 

@@ -136,15 +136,17 @@ def test_a_blocking_reader_is_cut_off_by_the_deadline() -> None:
     from watchdog.core.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
     from watchdog.sources.logs.source import LogSource
+    from watchdog.sources.logs.split import Block
 
     release = threading.Event()
 
     class HungMount:
         name, error = "/mnt/nfs/server.log", None
 
-        def read(self) -> list[str]:
+        def read_blocks(self) -> list[Block]:
             release.wait(30)
-            return ["vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."]
+            line = b"vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n"
+            return [Block(line)]
 
         def close(self) -> None:
             release.set()

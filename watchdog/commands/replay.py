@@ -259,9 +259,10 @@ def plain_log(
 ) -> int:
     """Name what a plain log shows: signatures, stacks it holds, and what it ended inside."""
     from watchdog.commands.replayclass import log_classes
-    from watchdog.commands.replaylog import report, scan_log
+    from watchdog.commands.replaylog import report
+    from watchdog.sources.logs import scan_bytes
 
-    scan = scan_log(data, sigs, patterns=patterns)
+    scan = scan_bytes(data, sigs, patterns)
     matches = name_signatures(scan.events, sigs)
     classes = None if matches else log_classes(scan.events, data, sigs)
     return report(

@@ -1,5 +1,6 @@
 """`replay` of a plain server log: its lines, the stack dumps it holds, and what it ended inside.
 
+The log is read by the logs package (`scan_bytes`); this module says what that read found.
 Kept apart from replay.py (bundles and timelines) so each stays one job. The open operation is
 worded as what it is: the cause if the server is stuck now, not proof that it is; `--stuck`
 (the operator says the server is hung now) makes it the verdict.
@@ -9,98 +10,24 @@ from __future__ import annotations
 
 import collections
 import json
-import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from watchdog.core.generic import ClassVerdict
 from watchdog.core.logverdict import LogMatch
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import (
-    OpDef,
-    OpenOp,
-    operations_in,
-    stuck_cause,
-    trigger_patterns,
-)
+from watchdog.core.openops import OpenOp, stuck_cause
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.sigtext import fill
-from watchdog.sources.logs.parse import LogPatterns, clean_line
-from watchdog.sources.logs.prefilter import Prefilter, keys_of, spans_at
-from watchdog.sources.logs.scan import BlockScanner, StackBlocks
-from watchdog.sources.logs.split import Block, LineSplitter, count_lines, split_records
-from watchdog.sources.logs.stackdumps import StackScanner
-
-# Where split_records can find a record glued onto a tqdm bar: after `]`, a date, a vLLM
-# `(Proc pid=N) ` prefix or a level word (linesplit._GLUED, loosened to a superset on bytes:
-# any non-ASCII byte may start a Unicode digit).
-_GLUE_HINT = re.compile(rb"\][ \t]*(?:[0-9(\x80-\xff]|INFO |WARNING |ERROR |DEBUG |CRITICAL )")
-
-
-@dataclass(frozen=True)
-class LogScan:
-    """What `replay` reports of a plain log, read without visiting most of its lines."""
-
-    records: int  # log records (read_log's lines), counted, not built
-    events: list[LogEvent]
-    ops: list[OpenOp]
+from watchdog.sources.logs import LogPatterns, log_records, scan_bytes
 
 
 def read_log(
     data: bytes, sigs: SignatureSet, patterns: LogPatterns | None = None
 ) -> tuple[list[str], list[LogEvent]]:
-    """The cleaned records of a log, and the events they carry (stack dumps included)."""
-    splitter = LineSplitter()
-    raw = splitter.feed(data) + [x for x in [splitter.flush()] if x]
-    records = [rec for line in raw for rec in split_records(clean_line(line))]
-    # The events through the live source's block path: the same events as parsing every line
-    # (tests/test_logscan.py), with only the lines holding a literal key parsed.
-    stacks = StackScanner()
-    block = Block(data.replace(b"\x00", b"") if b"\x00" in data else data)
-    scanner = BlockScanner(sigs.log_keep_pattern(), patterns=patterns)
-    events, _ = StackBlocks(scanner).scan(block, "replay", stacks)
-    return records, events + stacks.flush("replay")
-
-
-def scan_log(
-    data: bytes,
-    sigs: SignatureSet,
-    ops: Sequence[OpDef] | None = None,
-    *,
-    patterns: LogPatterns | None = None,
-) -> LogScan:
-    """read_log's events, its record count and open_operations over its records, the same
-    (tests/test_replay_scan.py), with only the lines holding a literal key decoded."""
-    ops = sigs.ops if ops is None else ops  # the table loaded with the signatures
-    data = data.replace(b"\x00", b"") if b"\x00" in data else data
-    block = Block(data)
-    stacks = StackScanner()
-    scanner = BlockScanner(sigs.log_keep_pattern(), patterns=patterns)
-    events, _ = StackBlocks(scanner).scan(block, "replay", stacks)
-    glued = spans_at(data, [m.start() for m in _GLUE_HINT.finditer(data)] + _escapes(data))
-    extra = sum(len(split_records(clean_line(block.text(a, b)))) - 1 for a, b in glued)
-    keys = keys_of(trigger_patterns(ops))
-    items = [
-        (start + j, rec)
-        for start, end in Prefilter(keys).spans(data)
-        for j, rec in enumerate(split_records(clean_line(block.text(start, end))))
-    ]
-    found = operations_in(items, ops, lambda: _records_backwards(block))
-    return LogScan(count_lines(data) + extra, events + stacks.flush("replay"), found)
-
-
-def _escapes(data: bytes) -> list[int]:
-    out, i = [], data.find(b"\x1b")
-    while i >= 0:
-        out.append(i)
-        i = data.find(b"\x1b", i + 1)
-    return out
-
-
-def _records_backwards(block: Block) -> Iterator[str]:
-    for text in block.last_lines():
-        yield from reversed(split_records(clean_line(text)))
+    """Every cleaned record of a log, and the events it carries (stack dumps included): the
+    full read, for callers that need the records themselves (`replay` only counts them)."""
+    return log_records(data), scan_bytes(data, sigs, patterns).events
 
 
 def report(

@@ -1,5 +1,8 @@
 """Stack dumps found in the log (`stack` LogEvents) as StackSamples for the stack rules (pure).
 
+Each event carries its dump typed (`LogEvent.stack`, built by sources/logs/stackdumps.py);
+timelines recorded before that hold it as dicts in `fields["threads"]`, still read here.
+
 A dump from the log counts as one dump: its threads are never `unchanged`. A thread is
 `unchanged` only when the previous dump of the same process in the log holds the same thread
 with the same frames, the rule the watchdog's own py-spy pairs follow (sources/stacks/capture.py).
@@ -22,7 +25,15 @@ from typing import Any
 from watchdog.core.model import Frame, LogEvent, StackSample, ThreadStack
 
 
-def _threads(raw: Any) -> tuple[ThreadStack, ...]:
+def _threads(ev: LogEvent) -> tuple[ThreadStack, ...]:
+    """The dump's threads: typed on the event, or (a timeline recorded before the event had
+    `stack`) the dict form that such a timeline stores in `fields["threads"]`."""
+    if ev.stack is not None:
+        return ev.stack.threads
+    return _recorded_threads(ev.fields.get("threads"))
+
+
+def _recorded_threads(raw: Any) -> tuple[ThreadStack, ...]:
     out = []
     for t in raw if isinstance(raw, list) else ():
         if not isinstance(t, dict):
@@ -88,7 +99,7 @@ def log_stacks(events: Iterable[LogEvent]) -> tuple[StackSample, ...]:
         key = _key(ev)
         if key in latest:
             previous[key] = latest[key]
-        latest[key] = _threads(ev.fields.get("threads"))
+        latest[key] = _threads(ev)
         pid = ev.fields.get("pid")
         titles[key] = (int(pid) if isinstance(pid, int) else 0, str(ev.fields.get("title") or ""))
     out = []

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from watchdog.core.divergence import divergence
 from watchdog.core.evidence import match_stacks
+from watchdog.core.linesearch import LineIndex
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import LogEvent, StackSample
 from watchdog.core.signatures import Rule, Signature, SignatureSet
@@ -59,9 +60,10 @@ def name_signatures(
         events.append(LogEvent(kind="line", line=derived, source="derived"))
     stall = log_stall(events)
     stacks = log_stacks(events)
+    index = LineIndex([e.line for e in events])  # each rule searched over all lines at once
     found: list[LogMatch] = []
     for sig in sigs.signatures:
-        m = _match(sig, events, stacks, stall, max_lines)
+        m = _match(sig, index, stacks, stall, max_lines)
         if m is not None:
             found.append(m)
     ranked = sorted(found, key=lambda m: (m.signature.priority, m.confidence), reverse=True)
@@ -74,8 +76,10 @@ def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[Log
     collective hang, and gloo's timeout before `WorkerProc failed to start` is the network."""
     first = {}
     for m in ranked:
-        at = [i for i, e in enumerate(events) if e.line in m.lines]
-        first[m.signature.id] = min(at) if at else len(events)
+        lines = set(m.lines)
+        first[m.signature.id] = next(
+            (i for i, e in enumerate(events) if e.line in lines), len(events)
+        )
     causes = [m for m in ranked if not m.signature.consequence]
     out = list(ranked)
     for m in ranked:
@@ -88,10 +92,10 @@ def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[Log
     return out
 
 
-def _holds(rule: Rule, events: list[LogEvent], stacks: tuple[StackSample, ...]) -> list[str]:
+def _holds(rule: Rule, index: LineIndex, stacks: tuple[StackSample, ...]) -> list[str]:
     """What supports one log or stack rule in the log: the lines, or the frame found."""
     if rule.kind == "log" and rule.pattern is not None:
-        return [e.line for e in events if rule.pattern.search(e.line)]
+        return index.matching(rule.pattern)
     if rule.kind == "stack":
         detail = match_stacks(rule, stacks)
         return [f"{rule.label}: {detail}"] if detail else []
@@ -100,12 +104,12 @@ def _holds(rule: Rule, events: list[LogEvent], stacks: tuple[StackSample, ...]) 
 
 def _match(
     sig: Signature,
-    events: list[LogEvent],
+    index: LineIndex,
     stacks: tuple[StackSample, ...],
     stall: str | None,
     max_lines: int,
 ) -> LogMatch | None:
-    if any(_holds(r, events, stacks) for r in sig.unless):
+    if any(_holds(r, index, stacks) for r in sig.unless):
         return None
     conf, decisive = 0.0, False
     lines: list[str] = []
@@ -114,7 +118,7 @@ def _match(
         if rule.kind == "no_progress" and stall:
             conf += rule.weight
             continue
-        hits = _holds(rule, events, stacks)
+        hits = _holds(rule, index, stacks)
         if hits:
             any_log = True
             conf += rule.weight

@@ -59,13 +59,16 @@ class LogEvent:
     `Engine 000:` line: prompt_tps, gen_tps, running, waiting), "loading" (weight-shard bar:
     n, total), "capture" (CUDA-graph capture bar: n, total), "milestone" (name), "jit"
     (a `flashinfer.jit:` line: action), "compile" (torch.compile), "version" (vllm version),
-    "trtllm" (TRTLLM attention in use: enabled), "line" (anything else kept for signatures).
+    "trtllm" (TRTLLM attention in use: enabled), "line" (anything else kept for signatures),
+    "stack" (a stack dump found in the log: `stack` holds it; fields: format, pid, title,
+    stream, exception).
     """
 
     kind: str
     line: str
     source: str = ""
     fields: dict[str, Any] = field(default_factory=dict)
+    stack: StackSample | None = None  # kind "stack" only: the dump, typed
 
 
 @dataclass(frozen=True)

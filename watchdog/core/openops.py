@@ -189,9 +189,13 @@ def operations_in(
     log's lines from the last, read only as far as the newest timestamp of each format an
     open operation needs (`replay` of a large log then never looks at most lines).
     """
-    started: list[tuple[OpDef, int, str, str, str]] = []  # (op, index, who, key, line)
+    # Open starts in the order they were read, by a running number: (op, index, who, key, line);
+    # and each op's open starts, so an end line looks only at its own op's (a long log holds
+    # thousands of open starts, and every end line scanned them all).
+    started: dict[int, tuple[OpDef, int, str, str, str]] = {}
+    by_op: dict[int, list[int]] = {}  # id(op) -> its open starts' numbers, oldest first
     finished: dict[str, set[str]] = {}  # op id -> the processes that finished one
-    last_progress = -1
+    last_progress = number = -1
     for i, line in items:
         if _PROGRESS.search(line):
             last_progress = i
@@ -200,15 +204,17 @@ def operations_in(
             m = op.end.search(line) or (op.fail.search(line) if op.fail is not None else None)
             if m is not None:
                 who = _who(line) if who is None else who
-                _close(started, op, m, who)
+                _close(started, by_op.get(id(op)), m, who)
                 finished.setdefault(op.id, set()).add(who)
             m = op.start.search(line)
             if m is not None:
                 who = _who(line) if who is None else who
-                started.append((op, i, who, (m.groupdict().get("key") or ""), line))
+                number += 1
+                started[number] = (op, i, who, (m.groupdict().get("key") or ""), line)
+                by_op.setdefault(id(op), []).append(number)
     last = _LastStamps(backwards)
     out = []
-    for op, i, who, _key, line in started:
+    for op, i, who, _key, line in started.values():
         st = _stamp(line)
         newest = last.get(st[2]) if st is not None else None
         open_s = newest - st[1] if st is not None and newest is not None else None
@@ -250,16 +256,20 @@ class _LastStamps:
 
 
 def _close(
-    started: list[tuple[OpDef, int, str, str, str]], op: OpDef, m: re.Match[str], who: str
+    started: dict[int, tuple[OpDef, int, str, str, str]],
+    mine: list[int] | None,
+    m: re.Match[str],
+    who: str,
 ) -> None:
-    """An end (or failure) line closes the newest matching start: same key, else same process."""
+    """An end (or failure) line closes the newest matching start of its op (`mine`, oldest
+    first): same key, else same process, else the newest."""
+    if not mine:
+        return
     key = m.groupdict().get("key") or ""
-    mine = [j for j, entry in enumerate(started) if entry[0] is op]
-    if key:
-        mine = [j for j in mine if started[j][3] == key] or mine
-    same = [j for j in mine if started[j][2] == who] or mine
-    if same:
-        del started[same[-1]]
+    pool = ([j for j in mine if started[j][3] == key] or mine) if key else mine
+    pick = next((j for j in reversed(pool) if started[j][2] == who), pool[-1])
+    mine.remove(pick)
+    del started[pick]
 
 
 def stuck_cause(open_ops: Sequence[OpenOp]) -> OpenOp | None:

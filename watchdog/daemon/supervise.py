@@ -249,7 +249,7 @@ class Supervisor:
 
 
 class SupervisedReader:
-    """A LineReader over whichever child is current."""
+    """A block reader (logs.BlockReader) over whichever child is current."""
 
     name = OWN_PIPE
 

@@ -1,10 +1,11 @@
 """Log lines of a systemd unit, read by following `journalctl -f -u UNIT` as a child process.
 
 For servers run as `vllm.service`, whose stdout/stderr go to the journal rather than a file.
-journalctl is started with an argv (never a shell), read through StreamReader so that no
-line is lost between ticks, and restarted (rate-limited) if it exits. The default JSON output
-carries each entry's `__CURSOR`, so a restarted journalctl resumes right after the last entry
-read (`--after-cursor`) and loses nothing; `-o cat` has no cursor and can only resume "now".
+journalctl is started with an argv (never a shell), read through StreamReader so that no line is
+lost between ticks, handed over as blocks of bytes like every other reader, and restarted
+(rate-limited) if it exits. The default JSON output carries each entry's `__CURSOR`, so a
+restarted journalctl resumes right after the last entry read (`--after-cursor`) and loses
+nothing; `-o cat` has no cursor and can only resume "now".
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.sources.logs.source import StreamReader
+from watchdog.sources.logs.split import Block
+from watchdog.sources.logs.stream import StreamReader
 
 OUTPUTS = ("cat", "json")
 
 
 class JournalReader:
-    """A LineReader over `journalctl -f -o json|cat -u UNIT --since now`, resumed on restart."""
+    """A block reader over `journalctl -f -o json|cat -u UNIT --since now`, resumed on restart."""
 
     def __init__(
         self,
@@ -70,17 +72,22 @@ class JournalReader:
             resume = ["--since", "now"]
         return [self._journalctl, "-f", "-o", self._output, "-u", self.unit, *resume]
 
-    def read(self) -> list[str]:
-        """The unit's new log lines; starts or restarts journalctl as needed. Never raises."""
+    def read_blocks(self) -> list[Block]:
+        """The unit's new log lines as blocks; starts or restarts journalctl as needed. Never
+        raises. `-o cat` output is the log itself; `-o json` records become their MESSAGEs."""
         if self._proc is None and self._clock() >= self._next_start:
             self._start()
         if self._out is None:
             return []
-        lines = self._decode(self._out.read())
+        blocks = self._decode(self._out.read_blocks())
         if self._out.eof and self._proc.poll() is not None:
-            lines += self._decode(self._out.read())
+            blocks += self._decode(self._out.read_blocks())
             self._exited(self._proc.returncode)
-        return lines
+        return blocks
+
+    def read(self) -> list[str]:
+        """The unit's new log lines, one string each (tests and line-API callers)."""
+        return [line for block in self.read_blocks() for line in block.lines()]
 
     def close(self) -> None:
         """Stop journalctl."""
@@ -126,15 +133,20 @@ class JournalReader:
         self.restarts += 1
         self._proc, self._out, self._err = None, None, None
 
-    def _decode(self, raw: list[str]) -> list[str]:
+    def _decode(self, blocks: list[Block]) -> list[Block]:
         if self._output == "cat":
-            return raw
+            return blocks
+        # One MESSAGE can hold many lines (SGLang logs a whole py-spy dump as one record).
         lines: list[str] = []
-        for record in raw:
-            message = self._message(record)
-            if message is not None:
-                lines.extend(message.splitlines())
-        return lines
+        for block in blocks:
+            for record in block.lines():
+                message = self._message(record)
+                if message is not None:
+                    lines.extend(message.splitlines())
+        if not lines:
+            return []
+        data = "\n".join(lines).encode("utf-8", errors="replace") + b"\n"
+        return [Block(data.replace(b"\x00", b"") if b"\x00" in data else data)]
 
     def _message(self, record: str) -> str | None:
         """MESSAGE of one `journalctl -o json` record.

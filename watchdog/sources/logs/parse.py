@@ -88,20 +88,23 @@ _JIT_SPEC: tuple[tuple[str, str], ...] = (
 _JIT_ACTIONS = tuple((action, re.compile(p)) for action, p in _JIT_SPEC)
 
 
+# The prefixes as one anchored alternation: `match` tries the alternatives in order, so the
+# first prefix that matches is the one stripped, as trying each pattern in turn would; one
+# regex call per prefix instead of six (most lines have none).
+_OUTER = re.compile("|".join(f"(?:{p.pattern})" for p in _OUTER_PREFIXES))
+
+
 def clean_line(raw: str) -> str:
     """The line without ANSI codes, NULs, trailing whitespace and collector prefixes."""
-    line = raw.replace("\x00", "")
+    line = raw.replace("\x00", "") if "\x00" in raw else raw
     if "\x1b" in line:
         line = _ANSI.sub("", line)
     line = line.rstrip("\r\n")
     for _ in range(8):  # prefixes can stack (docker -t around compose); bounded, idempotent
-        for pattern in _OUTER_PREFIXES:
-            stripped = pattern.sub("", line, count=1)
-            if stripped != line:
-                line = stripped
-                break
-        else:
+        m = _OUTER.match(line)
+        if m is None or not m.end():
             break
+        line = line[m.end() :]
     return line.rstrip()
 
 
@@ -187,17 +190,21 @@ def _split_prefix(text: str, pats: LogPatterns) -> tuple[dict[str, Any], str]:
 
 
 def _parse_msg(msg: str, pats: LogPatterns) -> _Parsed | None:
+    # `needle in msg` first: most rules' needles are in no given line, and the check costs
+    # far less than a call and a generator per rule.
     for rule in pats.first:
-        found = _apply(rule, msg)
-        if found is not None:
-            return found
+        if rule.needle in msg:
+            found = _apply(rule, msg)
+            if found is not None:
+                return found
     found = _jit(msg)
     if found is not None:
         return found
     for rule in pats.rest:
-        found = _apply(rule, msg)
-        if found is not None:
-            return found
+        if rule.needle in msg:
+            found = _apply(rule, msg)
+            if found is not None:
+                return found
     return _bars(msg)
 
 
@@ -329,8 +336,8 @@ def _head(msg: str, i: int, sep: str) -> tuple[str, str] | None:
 
 
 def _bars(msg: str) -> _Parsed | None:
-    if "it" not in msg and "Completed" not in msg:
-        return None
+    if "% Completed |" not in msg and "%|" not in msg and "it [" not in msg:
+        return None  # none of the three bar forms' needles
     for i in _needles(msg, "% Completed |"):
         m = _LOADING_TAIL.match(msg, i)
         head = _head(msg, i, "s") if m else None

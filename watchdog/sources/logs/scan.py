@@ -7,6 +7,7 @@ same input and compares them.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -143,6 +144,7 @@ class StackBlocks:
         keys = start_keys()
         self.starts = Prefilter(keys) if keys is not None else Prefilter(None)
         self._clock = clock
+        self._odd = True  # the block being scanned has an escape or a non-ASCII byte
 
     def scan(
         self, block: Block, source: str, stacks: StackScanner, deadline: float = float("inf")
@@ -151,6 +153,7 @@ class StackBlocks:
 
         The clock is read after every line handled, and at least one is handled per call."""
         data = block.data
+        self._odd = b"\x1b" in data or not data.isascii()  # once per block, not per line
         cands = self.parser.prefilter.spans(data)
         starts = [s for s, _e in self.starts.spans(data)]
         events: list[LogEvent] = []
@@ -191,16 +194,71 @@ class StackBlocks:
             pos = _next_line(data, stop)
             if stop == start:
                 continue
-            line = clean_line(block.text(start, stop))
-            events += stacks.feed(line, source)
+            while si < len(starts) and starts[si] < start:
+                si += 1
+            may_start = si < len(starts) and starts[si] == start
+            line = self._feed(block, start, stop, stacks, source, may_start, events)
             while ci < len(cands) and cands[ci][0] < start:
                 ci += 1
             if ci < len(cands) and cands[ci][0] == start:
+                line = clean_line(block.text(start, stop)) if line is None else line
                 events += parse_text(line, source, keep, pats)
                 ci += 1
             if clock() > deadline:
                 return events, rest(pos)
         return events, None
+
+    def _feed(
+        self,
+        block: Block,
+        start: int,
+        stop: int,
+        stacks: StackScanner,
+        source: str,
+        may_start: bool,
+        events: list[LogEvent],
+    ) -> str | None:
+        """One line to the stack scanner while a dump is open; its cleaned text, or None when
+        it was only counted (no start key, no open dump's stream: a busy server's access
+        lines between a cut traceback and the end of its span are neither decoded nor split)."""
+        members = stream_members(stacks.open_streams(), self._odd)
+        fed = may_start or members is None
+        for member in () if fed else members:  # type: ignore[union-attr]
+            if member.search(block.data, start, stop) is not None:
+                fed = True
+                break
+        if fed:
+            line = clean_line(block.text(start, stop))
+            events += stacks.feed(line, source, may_start=may_start)
+            return line
+        events += stacks.advance(source)
+        return None
+
+
+_ODD_BYTE = re.compile(rb"[\x1b\x80-\xff]")
+
+
+@functools.lru_cache(maxsize=64)
+def stream_members(
+    streams: tuple[str, ...], odd: bool = True
+) -> tuple[re.Pattern[bytes], ...] | None:
+    """Patterns one of which every line of one of these dump streams matches (strip_prefixes
+    names a stream by its prefix text); None when any line may be one (a dump of lines without
+    a prefix is open). A line with an escape or a non-ASCII byte always counts: cleaning can
+    join the escape's neighbours, and `\\d` matches Unicode digits that int() reads. Each
+    pattern starts with a literal or is one class, so `re` scans for it quickly. `odd=False`:
+    the block holds no such byte, so that class is not searched line by line."""
+    parts = [_ODD_BYTE] if odd else []
+    for key in streams:
+        if not key:
+            return None
+        proc, sep, pid = key.partition(" pid=")
+        if sep:  # vLLM `(Proc pid=N) `: N as written may have leading zeros
+            text = re.escape(f"({proc} pid=".encode()) + rb"0*" + pid.encode() + rb"\)"
+        else:  # SGLang's `[... TP0]` ranks, torch's `[rank0]`: the key is in the line
+            text = re.escape(key.encode())
+        parts.append(re.compile(text))
+    return tuple(parts)
 
 
 def _line_at(data: bytes, pos: int) -> tuple[int, int]:

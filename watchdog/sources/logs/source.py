@@ -19,12 +19,12 @@ from watchdog.core.model import LogEvent
 from watchdog.core.openops import OpDef, keep_with_ops
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 from watchdog.sources.logs.parse import LogPatterns, clean_line, parse_line
-from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text, tail_lines
+from watchdog.sources.logs.scan import BlockScanner, StackBlocks, tail_lines
 from watchdog.sources.logs.split import Block, BlockSplitter, count_eols
 from watchdog.sources.logs.stackdumps import StackScanner
 from watchdog.sources.logs.stream import StreamReader
 
-__all__ = ["FileFollower", "LineReader", "LogSource", "StreamReader"]
+__all__ = ["BlockReader", "FileFollower", "LogSource", "StreamReader"]
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +35,16 @@ _TAIL_BYTES = 1 << 20  # the whole tail, whatever its line count
 _REDRAW_KINDS = frozenset({"progress", "loading", "capture"})  # tqdm bars redrawn many times/s
 
 
-class LineReader(Protocol):
-    """Anything that hands over the new lines since the last call, without blocking."""
+class BlockReader(Protocol):
+    """Anything that hands over the new complete lines since the last call, as blocks of
+    bytes, without blocking: FileFollower, StreamReader, JournalReader."""
 
     name: str
     error: str | None
 
-    def read(self) -> list[str]: ...
+    def read_blocks(self) -> list[Block]: ...
 
     def close(self) -> None: ...
-
-
-# A reader may also offer `read_blocks() -> list[Block]` (FileFollower and StreamReader do):
-# LogSource then prefilters whole blocks instead of parsing every line.
 
 
 class FileFollower:
@@ -203,8 +200,8 @@ _BAR_KINDS = frozenset({"progress", "loading", "capture"})
 class LogSource:
     """Polls every reader once per tick and parses the new lines into LogEvents.
 
-    Readers that hand over blocks (`read_blocks`) are prefiltered: only lines holding one of
-    the parser's or the keep pattern's literal keys are decoded and parsed, within
+    Every reader hands over blocks of bytes (`read_blocks`), which are prefiltered: only lines
+    holding one of the parser's or the keep pattern's literal keys are decoded and parsed, within
     `budget_s` per poll; what the budget left is carried to the next poll, never dropped
     (`skipped["budget"]` stays for the metric's label). Lines a reader dropped or jumped over
     are counted by reason in `skipped` (each Observation carries them: the metrics hook
@@ -215,7 +212,7 @@ class LogSource:
 
     def __init__(
         self,
-        readers: Sequence[LineReader],
+        readers: Sequence[BlockReader],
         *,
         keep: re.Pattern[str] | None = None,
         ops: Sequence[OpDef] = (),
@@ -272,11 +269,7 @@ class LogSource:
         deadline = self._clock() + self._budget_s
         for reader in self._readers:
             stacks = self._scanners.setdefault(id(reader), StackScanner())
-            read_blocks = getattr(reader, "read_blocks", None)
-            if read_blocks is None:
-                events += self._parse_lines(reader, stacks)
-            else:
-                events += self._scan_blocks(reader, read_blocks, stacks, deadline)
+            events += self._scan_blocks(reader, stacks, deadline)
             events.extend(stacks.tick(reader.name))
             events.extend(self._held_bars(reader))
             if reader.error:
@@ -290,8 +283,7 @@ class LogSource:
 
     def _scan_blocks(
         self,
-        reader: LineReader,
-        read_blocks: Callable[[], list[Block]],
+        reader: BlockReader,
         stacks: StackScanner,
         deadline: float,
     ) -> list[LogEvent]:
@@ -302,7 +294,7 @@ class LogSource:
         key = id(reader)
         blocks = self._carry.pop(key, None)
         if blocks is None:
-            blocks = read_blocks()
+            blocks = reader.read_blocks()
             for block in blocks:
                 self._tail_add(tail_lines(block, self._tail.maxlen or 0, _TAIL_LINE_CHARS))
         events: list[LogEvent] = []
@@ -326,18 +318,6 @@ class LogSource:
             self._tail_chars += len(line)
         while self._tail_chars > _TAIL_BYTES and len(self._tail) > 1:
             self._tail_chars -= len(self._tail.popleft())
-
-    def _parse_lines(self, reader: LineReader, stacks: StackScanner) -> list[LogEvent]:
-        """The reference path, for readers that only hand over lines: every line looked at."""
-        events: list[LogEvent] = []
-        for raw in reader.read():
-            line = clean_line(raw)
-            events.extend(stacks.feed(line, reader.name))
-            if not line:
-                continue
-            self._tail_add([line[:_TAIL_LINE_CHARS]])
-            events.extend(parse_text(line, reader.name, self._keep, self._patterns))
-        return events
 
     def _report_skips(self) -> None:
         """Fold the readers' drop/lag counters in; hand increases to on_skip; log now and then."""
@@ -365,7 +345,7 @@ class LogSource:
                 ", ".join(f"{r} {n}" for r, n in self.skipped.items() if n),
             )
 
-    def _held_bars(self, reader: LineReader) -> list[LogEvent]:
+    def _held_bars(self, reader: BlockReader) -> list[LogEvent]:
         """A progress bar left unterminated (a hung tqdm never redraws) is still the bar's
         current state: report it once per distinct text."""
         partials = getattr(reader, "partials", None)

@@ -22,9 +22,15 @@ _GLUED = re.compile(
 )
 
 
+# Where _GLUED can split, loosened to a pattern that starts with a literal (`re` then scans for
+# the `]` quickly instead of trying a lookbehind at every position): most lines with a `]`
+# (`[loggers.py:123] `) have no record glued on.
+_MAY_GLUE = re.compile(r"\][ \t]*(?:\d|\(|INFO |WARNING |ERROR |DEBUG |CRITICAL )")
+
+
 def split_records(line: str) -> list[str]:
     """One physical line as the log records glued into it (usually just the line)."""
-    if "]" not in line:
+    if "]" not in line or _MAY_GLUE.search(line) is None:
         return [line]
     return [part for part in _GLUED.split(line) if part.strip()] or [line]
 

@@ -1,13 +1,13 @@
 """Stack dumps that a server (or an operator) already wrote into its log, found line by line.
 
-Hang reports and SGLang's own watchdog paste stacks into the log: py-spy text (with and
-without `--native`), `faulthandler` tracebacks, gdb `bt` / pstack output and Python
-tracebacks. StackScanner finds them inside an ordinary log stream, with engine prefixes
-(`(Worker_TP1 pid=7) `, `[2025-01-01 12:00:00 TP0] `, `ERROR 01-12 02:58:31 [x.py:654] `) and
-with other processes' lines interleaved, and turns each dump into a `stack` LogEvent whose
-fields carry StackSample data, so the same signature stack rules apply to it
-(watchdog/core/logdumps.py turns it back). Pure and bounded: every regex is anchored and
-linear, and an open dump holds at most `max_frames` frames per thread and `max_threads` threads.
+Hang reports and SGLang's own watchdog paste stacks into the log: py-spy text (with and without
+`--native`), `faulthandler` tracebacks, gdb `bt` / pstack output and Python tracebacks.
+StackScanner finds them inside an ordinary log stream, with engine prefixes (`(Worker_TP1 pid=7)
+`, `[2025-01-01 12:00:00 TP0] `, `ERROR 01-12 02:58:31 [x.py:654] `) and with other processes'
+lines interleaved, and turns each dump into a `stack` LogEvent that carries it as a StackSample
+(`LogEvent.stack`), so the same signature stack rules apply to it (watchdog/core/logdumps.py
+pairs the dumps of one process). Pure and bounded: every regex is anchored and linear, and an
+open dump holds at most `max_frames` frames per thread and `max_threads` threads.
 
 Formats, read from upstream:
 - py-spy 0.4 `dump` text (benfred/py-spy src/dump.rs `print_traces`): `Process PID: CMDLINE`,
@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
-from watchdog.core.model import LogEvent
+from watchdog.core.model import Frame, LogEvent, StackSample, ThreadStack
 from watchdog.sources.logs.stackformats import (
     FH_FRAME,
     FH_THREAD,
@@ -53,7 +52,7 @@ class _Thread:
     tid: int
     name: str
     active: bool = False
-    frames: list[dict[str, Any]] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
 
 
 @dataclass
@@ -101,15 +100,24 @@ class StackScanner:
         self._open: dict[str, _Dump] = {}
         self._pending_pid: dict[str, tuple[int, str]] = {}  # SGLang's "Pyspy dump for PID N:"
 
-    def feed(self, raw: str, source: str = "") -> list[LogEvent]:
-        """The dumps this line ends (usually none)."""
+    def feed(self, raw: str, source: str = "", *, may_start: bool = True) -> list[LogEvent]:
+        """The dumps this line ends (usually none). `may_start=False` says the line holds none
+        of start_keys(), so it neither starts a dump nor names SGLang's dump pid (the block
+        path knows that from its prefilter, and the start patterns are then not tried)."""
         if len(raw) > 4096:
             raw = raw[:4096]
         msg, key, pid = strip_prefixes(raw)
         self._n += 1
-        out: list[LogEvent] = self._expire(key, source) if self._open else []
+        out: list[LogEvent] = []
+        for open_dump in self._open.values():
+            if self._n - open_dump.last > self.max_span:
+                out = self._expire(key, source)
+                break
         dump = self._open.get(key)
         if dump is not None and self._extend(dump, msg):
+            return out
+        if not may_start:
+            self._no_start(dump, key, msg, source, out)
             return out
         started = self._start(msg, key, pid, raw)
         if started is not None:
@@ -118,17 +126,36 @@ class StackScanner:
             started.last = self._n
             self._open[key] = started
             return out
-        if dump is not None:
-            # py-spy separates threads with blank lines; elsewhere a blank line is a gap too
-            dump.gap += 0 if dump.fmt == "py-spy" and not msg.strip() else 1
-            if dump.gap > self.max_gap:
-                out += self._close(key, source)
+        self._no_start(dump, key, msg, source, out)
         m = SGLANG_DUMP.search(msg)
         if m is not None:
             self._pending_pid[key] = (int(m.group("pid")), raw)
         return out
 
-    def _expire(self, key: str, source: str) -> list[LogEvent]:
+    def _no_start(
+        self, dump: _Dump | None, key: str, msg: str, source: str, out: list[LogEvent]
+    ) -> None:
+        """A line of an open dump's stream that neither continues nor restarts it: a gap."""
+        if dump is not None:
+            # py-spy separates threads with blank lines; elsewhere a blank line is a gap too
+            dump.gap += 0 if dump.fmt == "py-spy" and not msg.strip() else 1
+            if dump.gap > self.max_gap:
+                out += self._close(key, source)
+
+    def advance(self, source: str = "") -> list[LogEvent]:
+        """`feed` of a line that holds no start key and belongs to no open dump's stream
+        (block path: see `open_streams`): it is only counted, so dumps past their span end."""
+        self._n += 1
+        for dump in self._open.values():
+            if self._n - dump.last > self.max_span:
+                return self._expire(None, source)
+        return []
+
+    def open_streams(self) -> tuple[str, ...]:
+        """The stream keys of the open dumps ("" is a line without an engine prefix)."""
+        return tuple(self._open)
+
+    def _expire(self, key: str | None, source: str) -> list[LogEvent]:
         """Close the other streams' dumps that got no line in the last `max_span` lines."""
         out: list[LogEvent] = []
         for other in [k for k, d in self._open.items() if self._n - d.last > self.max_span]:
@@ -283,7 +310,7 @@ class StackScanner:
         dump.threads.append(_Thread(tid, name, active=bool(m.group("current"))))
 
     @staticmethod
-    def _pyspy_frame(m: re.Match[str]) -> dict[str, Any]:
+    def _pyspy_frame(m: re.Match[str]) -> Frame:
         where = m.group("where")
         w = PYSPY_WHERE.match(where)
         if w is not None:
@@ -291,12 +318,12 @@ class StackScanner:
         return _frame(m.group("name").strip(), where, 0)  # --native: the library, no line
 
     @staticmethod
-    def _gdb_frame(m: re.Match[str]) -> dict[str, Any]:
+    def _gdb_frame(m: re.Match[str]) -> Frame:
         return _frame(
             m.group("name"), m.group("file") or m.group("lib") or "", int(m.group("line") or 0)
         )
 
-    def _add(self, dump: _Dump, frame: dict[str, Any]) -> None:
+    def _add(self, dump: _Dump, frame: Frame) -> None:
         th = dump.thread()
         if len(th.frames) < self.max_frames:
             th.frames.append(frame)
@@ -309,12 +336,12 @@ class StackScanner:
         return [_event(dump, threads, source)]
 
 
-def _frame(name: str, filename: str, line: int) -> dict[str, Any]:
-    return {"name": name, "filename": filename, "line": line}
+def _frame(name: str, filename: str, line: int) -> Frame:
+    return Frame(name=name, filename=filename, line=line)
 
 
 def _event(dump: _Dump, threads: list[_Thread], source: str) -> LogEvent:
-    """One dump as a `stack` LogEvent; its fields are StackSample data (core/logdumps.py)."""
+    """One dump as a `stack` LogEvent: the StackSample in `stack`, what it came from in fields."""
     frames = sum(len(t.frames) for t in threads)
     who = f"pid {dump.pid}" if dump.pid is not None else (dump.stream or "the log")
     title = dump.title or dump.stream
@@ -333,16 +360,20 @@ def _event(dump: _Dump, threads: list[_Thread], source: str) -> LogEvent:
             "title": title,
             "stream": dump.stream,
             "exception": dump.exc or None,
-            "threads": [
-                {
-                    "thread_id": t.tid,
-                    "name": t.name,
-                    "active": t.active,
-                    "frames": list(reversed(t.frames)) if dump.reverse else t.frames,
-                }
-                for t in threads
-            ],
         },
+        stack=StackSample(
+            pid=dump.pid or 0,
+            title=title,
+            threads=tuple(
+                ThreadStack(
+                    thread_id=t.tid,
+                    name=t.name,
+                    frames=tuple(reversed(t.frames) if dump.reverse else t.frames),
+                    active=t.active,
+                )
+                for t in threads
+            ),
+        ),
     )
 
 
