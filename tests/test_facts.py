@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from watchdog.knowledge import load_knowledge
-from watchdog.sources.facts import FactsSource, trtllm_attention
+from watchdog.sources.facts import FactsSource, speculative_decoding, trtllm_attention
 
 # The distributions the daemon reads: the shipped profiles' and FlashInfer's and torch's.
 KNOWN = load_knowledge()
@@ -360,3 +360,17 @@ def test_a_retitled_server_environment_comes_from_the_child_that_keeps_it(tmp_pa
     (child / "environ").write_bytes(b"")
     now[0] += 20
     assert src.read(SIDECAR_PID)["server_env"] == env
+
+
+@pytest.mark.parametrize(
+    ("argv", "on"),
+    [
+        (["vllm", "serve", "m", "--speculative-config", '{"method": "mtp"}'], True),
+        (["vllm", "serve", "m", '--speculative_config={"method":"eagle3"}'], True),
+        (["python", "-m", "sglang.launch_server", "--speculative-algorithm", "EAGLE"], True),
+        (["vllm", "serve", "m", "--speculative-config", "null"], False),
+        (["vllm", "serve", "m", "--max-model-len", "8192"], False),
+    ],
+)
+def test_speculative_decoding_read_from_the_command_line(argv: list[str], on: bool) -> None:
+    assert speculative_decoding(argv) is on

@@ -492,3 +492,39 @@ def test_live_watchdog_names_divergence_from_the_window(sigs: SignatureSet) -> N
     same = Timeline(gpus=(gpu(0.0, 0.0),))
     frozen_bar(same, 20, first_logs=events(lines("n78_pt118369_all_ranks_broadcast_880.log"), sigs))
     assert final(same.obs, sigs).signature == "collective_hang"
+
+
+# vllm/config/vllm.py VllmConfig.__str__ (the engine's config line) prints the speculative
+# config's repr, `speculative_config=SpeculativeConfig(method='mtp', ...)`, or None when off.
+def _engine_config(spec: str) -> str:
+    return (
+        "(EngineCore_DP0 pid=310) INFO 05-15 09:00:00 [core.py:93] Initializing a V1 LLM engine "
+        f"(v0.20.1) with config: model='deepseek-ai/DeepSeek-V3.2', speculative_config={spec}, "
+        "tokenizer='deepseek-ai/DeepSeek-V3.2', tensor_parallel_size=8"
+    )
+
+
+MTP = "SpeculativeConfig(method='mtp', model='deepseek-ai/DeepSeek-V3.2', num_spec_tokens=1)"
+
+
+def test_running_requests_with_no_tokens_under_spec_decoding_are_unschedulable(
+    sigs: SignatureSet,
+) -> None:
+    """vllm PR #42722: with MTP a request stays RUNNING and is never scheduled again."""
+    stalled = [_stats(2, 0, 0.0)] * 3
+    assert named([_engine_config(MTP), *stalled], sigs) == ["spec_decode_request_unschedulable"]
+    # Without speculative decoding the same stall has no cause the log can name.
+    assert named([_engine_config("None"), *stalled], sigs) == []
+    # Speculative decoding that produces tokens is no stall.
+    assert named([_engine_config(MTP), _stats(2, 0, 0.0), _stats(2, 0, 57.3)], sigs) == []
+    # Nothing running with requests waiting is the admission deadlock, not this.
+    assert named([_engine_config(MTP), _stats(0, 4, 0.0)], sigs) == ["scheduler_admission_deadlock"]
+
+
+def test_live_spec_decoding_stall_is_named_from_the_command_line(sigs: SignatureSet) -> None:
+    """Live, the startup line has long left the window: the server's command line says it."""
+    for spec, expect in ((True, "spec_decode_request_unschedulable"), (False, None)):
+        tl = Timeline(gpus=(gpu(0.0, 0.0),), facts={"speculative_decoding": spec})
+        frozen_bar(tl, 40, first_logs=events([_stats(2, 0, 0.0)], sigs))
+        v = final(tl.obs, sigs)
+        assert v.signature == expect, (spec, v.state, v.signature)

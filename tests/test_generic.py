@@ -162,6 +162,69 @@ def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None
     assert cv is not None and cv.primary.cls.id == "timed_out" and cv.state == "dead"
 
 
+# --- a process killed or failed, as its supervisor says it (lines in each one's own words) ---
+
+HEALTHY_TAIL = (
+    "INFO 03-02 10:00:10 [loggers.py:111] Engine 000: Avg prompt throughput: 12.0 tokens/s, "
+    "Avg generation throughput: 30.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n"
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Open MPI's mpirun, after a TensorRT-LLM rank dies.
+        "mpirun noticed that process rank 3 with PID 0 on node gpu-07 exited on signal 11 "
+        "(Segmentation fault).",
+        "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD with errorcode 1.",
+        "mpirun detected that one or more processes exited with non-zero status, thus causing",
+        # torchrun (torch elastic) on a worker killed by the kernel.
+        "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) "
+        "local_rank: 0 (pid: 4242) of binary: /usr/bin/python3",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        # Ray, under a vLLM Ray executor.
+        "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+        # The kernel's OOM killer and a memory cgroup, as dmesg or the journal shows them.
+        "kernel: Out of memory: Killed process 91234 (python3) total-vm:812345678kB, "
+        "anon-rss:70123456kB",
+        "kernel: Memory cgroup out of memory: Killed process 5150 (VLLM::EngineCor) total-vm:1kB",
+        "kernel: python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE)",
+        # systemd and Kubernetes.
+        "vllm.service: Main process exited, code=killed, status=9/KILL",
+        "vllm.service: Failed with result 'oom-kill'.",
+        "      Reason:       OOMKilled",
+        # glibc aborting the process, and the shell's death lines.
+        "double free or corruption (!prev)",
+        "*** stack smashing detected ***: terminated",
+        "Bus error (core dumped)",
+        "Illegal instruction (core dumped)",
+        # torch's driver-API check and cuBLAS.
+        "RuntimeError: CUDA driver error: unknown error",
+        "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle)`",
+    ],
+)
+def test_a_process_killed_or_failed_is_a_crash(line: str, sigs: SignatureSet) -> None:
+    assert shown(line + "\n", sigs) == "crashed"
+    # A death line the server's own progress came after is not a verdict on the server now.
+    assert shown(line + "\n" + HEALTHY_TAIL, sigs) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "vllm.service: Main process exited, code=exited, status=0/SUCCESS",
+        "vllm.service: Deactivated successfully.",
+        "torch.distributed.elastic.multiprocessing.api: [INFO] Sending process 4242 closing "
+        "signal SIGTERM",
+        "mpirun: process rank 0 exited normally",
+        "INFO 03-02 10:00:00 [scheduler.py:1] Request cmpl-1 aborted by the client",
+        "CUBLAS_STATUS_SUCCESS returned by cublasCreate",
+    ],
+)
+def test_orderly_exits_and_lookalikes_are_quiet(line: str, sigs: SignatureSet) -> None:
+    assert shown(line + "\n", sigs) is None
+
+
 # --- the data: parsed, validated, replaceable -----------------------------------------------
 
 

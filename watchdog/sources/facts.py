@@ -130,6 +130,32 @@ def _from_json(text: str) -> tuple[bool, bool | None]:
     return True, _bool_word(str(value))
 
 
+# The flags that turn speculative decoding on: vLLM `--speculative-config` (vllm/engine/
+# arg_utils.py; `--speculative-model` before 0.8), SGLang `--speculative-algorithm`
+# (python/sglang/srt/server_args.py), both engines' `--num-speculative-tokens` spellings.
+_SPEC_FLAGS = frozenset(
+    {
+        "--speculative-config",
+        "--speculative-model",
+        "--speculative-algorithm",
+        "--num-speculative-tokens",
+        "--speculative-num-draft-tokens",
+    }
+)
+
+
+def speculative_decoding(cmdline: Sequence[str]) -> bool:
+    """True when the server's command line turns speculative decoding on."""
+    args = list(cmdline)
+    for i, arg in enumerate(args):
+        if _flag_name(arg) not in _SPEC_FLAGS:
+            continue
+        value = arg.split("=", 1)[1] if "=" in arg else (args[i + 1] if i + 1 < len(args) else "")
+        if value.strip().strip("'\"").lower() not in ("", "none", "null", "0"):
+            return True
+    return False
+
+
 def trtllm_attention(cmdline: Sequence[str], environ: Mapping[str, str]) -> bool | None:
     """True/False when the server forces TRTLLM attention on/off; None = vLLM auto-detects.
 
@@ -282,6 +308,7 @@ class FactsSource:
             "cmdline": cmdline,
             **{key: None for key in self.packages},
             "trtllm_attention": trtllm_attention(cmdline, environ),
+            "speculative_decoding": speculative_decoding(cmdline),
             "cubins_repository": environ.get("FLASHINFER_CUBINS_REPOSITORY"),
             "flashinfer_no_download": _no_download(environ),
             # Kept for the bundle: the process may have exited, or retitled itself, by then.
