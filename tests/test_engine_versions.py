@@ -62,7 +62,6 @@ def test_unknown_engine_shows_no_engine_line() -> None:
 
 def test_bundle_carries_the_engine_version(tmp_path: Path) -> None:
     env = build_environment(
-        packages=PACKAGES,
         target_pid=None,
         gpus=(GpuSample(0, name="NVIDIA B200", cc="10.0"),),
         facts=SGLANG_FACTS,

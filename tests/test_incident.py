@@ -93,7 +93,6 @@ def _observations(pid: int, n: int = 3) -> list[Observation]:
 
 def _incident(pid: int, capture: CaptureResult | None, tail: list[str] | None = None) -> Incident:
     env = build_environment(
-        packages=PACKAGES,
         target_pid=pid,
         gpus=(GpuSample(0, uuid="GPU-1", name="NVIDIA GB300", cc="10.3"),),
         facts={"vllm": "0.11.0", "flashinfer-python": "0.6.7", "torch": "2.9.0", "token": HF},
@@ -258,7 +257,6 @@ def test_load_incident_rejects_bad_input_clearly(tmp_path: Path, content, needle
 
 def test_environment_reports_what_it_could_not_read(tmp_path: Path) -> None:
     env = build_environment(
-        packages=PACKAGES,
         target_pid=999_999_999,
         gpus=(),
         facts={"versions": {"flashinfer": "0.6.7.post2"}},
