@@ -128,13 +128,13 @@ class LinePath:
             events += self._stacks.feed(line, name)
             if line:
                 self.tail.append(line[:8192])
-                events += parse_text(line, name, KEEP)
+                events += parse_text(line, name, KEEP, PATTERNS)
         events += self._stacks.tick(name)
         for raw in self._f.partials():
             line = clean_line(raw)
             if line and line != self._held:
                 self._held = line
-                event = parse_line(line, source=name)
+                event = parse_line(line, source=name, patterns=PATTERNS)
                 if event is not None and event.kind in ("progress", "loading", "capture"):
                     events.append(event)
         return events
@@ -145,7 +145,8 @@ def test_live_source_keeps_the_same_events_and_tail_as_the_line_path(tmp_path: P
     log = tmp_path / "vllm.log"
     log.write_bytes(b"")
     keep = load_signatures().log_keep_pattern()
-    kw = {"keep": keep, "patterns": PATTERNS, "max_events_per_tick": 10**6, "tail_lines": 300}
+    kw = {"keep": keep, "patterns": PATTERNS, "ops": load_ops(), "max_events_per_tick": 10**6,
+          "tail_lines": 300}  # fmt: skip
     new = LogSource([FileFollower(log)], **kw)  # type: ignore[arg-type]
     old = LinePath(FileFollower(log))
     assert new.poll() == () and old.poll() == []

@@ -86,11 +86,7 @@ def _watch(cfg: Config, built: Any, stop: threading.Event) -> int:
     def until(_verdict: Any) -> bool:
         if ended.reached():
             return True
-        return (
-            sup is not None
-            and sup.returncode() is not None
-            and not getattr(built, "restarting", False)
-        )
+        return sup is not None and sup.returncode() is not None and not built.restarting
 
     built.daemon.run(stop=stop, until=until)
     if ended.stopped:

@@ -40,6 +40,13 @@ class Built:
     extras: list[Any] = field(default_factory=list)
     engine: Any = None  # EngineRef: the engine profile in force (forced or detected)
     capturer: Any = None  # StackCapturer: its py-spy runs are killed at shutdown
+    remediation: Any = None  # RemediationHook, when remediation is on
+
+    @property
+    def restarting(self) -> bool:
+        """A restart is under way: the supervised server's exit now is the restart's doing,
+        not the end of the run (`run -- COMMAND` must not stop with it)."""
+        return bool(self.remediation is not None and self.remediation.restarting)
 
     def close(self) -> None:
         if self.capturer is not None:
@@ -368,6 +375,7 @@ def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
     )
     if hook is not None:
         built.daemon.hooks.append(hook)
+        built.remediation = hook
 
 
 def _notify(built: Built) -> None:

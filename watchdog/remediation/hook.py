@@ -63,6 +63,11 @@ class RemediationHook:
         """The persisted counters and active fallback (replaced when the file is reloaded)."""
         return self.kept.state
 
+    @property
+    def restarting(self) -> bool:
+        """A restart job is running: the server it stops is meant to exit."""
+        return self.machine.phase is Phase.RESTARTING
+
     # -- per tick ---------------------------------------------------------------------------
     def on_tick(self, tick: Tick) -> None:
         if self.kept.reload_if_changed():  # an operator may `fallback clear` while it runs
