@@ -88,9 +88,15 @@ def test_a_drained_server_whose_last_stats_line_said_running_stays_quiet(
     server = servers(extra_env={"VLLM_LOG_STATS_INTERVAL": str(interval_s)})
     wd = watchdogs(*attach(server, "--gpu-source", "none"))
     server.wait_ready()
-    load = Load(server.url).start()
+    # Longer completions keep requests running at the instant a stats line is taken: vLLM logs
+    # the last step's scheduler stats, and short requests left it at `Running: 0` under load.
+    load = Load(server.url, max_tokens=128).start()
     running = re.compile(r"Avg prompt throughput: .* Running: [1-9]\d* reqs")
-    wait_until(lambda: running.search(server.log_file.read_text()), 200, "a stats line under load")
+    # Two intervals and a margin: the first line may come before the load has reached the engine.
+    within = 2 * interval_s + 60
+    wait_until(
+        lambda: running.search(server.log_file.read_text()), within, "a stats line under load"
+    )
     load.stop()
     drained_at = time.time()
     wd.wait_state("idle", 30)
