@@ -22,6 +22,12 @@ from watchdog.sources.facts import FactsSource, speculative_decoding, trtllm_att
 KNOWN = load_knowledge()
 PACKAGES, MODULES = KNOWN.packages, KNOWN.modules
 
+
+def shipped_facts(**kw: Any) -> FactsSource:
+    """A facts source reading the shipped profiles' packages, as the wiring builds it."""
+    return FactsSource(packages=PACKAGES, modules=MODULES, **kw)
+
+
 SLEEPER = "import time; time.sleep(600)"
 Spawn = Callable[..., subprocess.Popen[Any]]
 
@@ -80,7 +86,7 @@ def test_facts_of_a_python_target_without_blocking(spawn: Spawn) -> None:
     env = {"FLASHINFER_CUBINS_REPOSITORY": "https://mirror.example/cubins/"}
     p = spawn(argv, env)
     versions = GatedVersions({"flashinfer-python": "0.6.7", "vllm": "0.11.0", "torch": None})
-    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=versions)
+    src = shipped_facts(versions=versions)
     early = src.read(p.pid)  # the lookup is blocked: poll still answers
     assert early["python"] == os.path.realpath(sys.executable)
     assert early["cmdline"] == argv and early["flashinfer-python"] is None
@@ -103,7 +109,7 @@ def test_new_target_pid_gets_fresh_facts(spawn: Spawn) -> None:
     b = spawn([sys.executable, "-c", SLEEPER, "--attention-config.use_trtllm_attention", "1"])
     versions = GatedVersions({"vllm": "0.9.2"})
     versions.release.set()
-    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=versions)
+    src = shipped_facts(versions=versions)
     fa = src.read(a.pid)
     assert fa["flashinfer_no_download"] is True and fa["trtllm_attention"] is None
     fb = src.read(b.pid)
@@ -115,7 +121,7 @@ def test_non_python_target_has_no_versions(spawn: Spawn) -> None:
     sleep = shutil.which("sleep") or "/bin/sleep"
     p = spawn([sleep, "600"], {"VLLM_USE_TRTLLM_ATTENTION": "0"})
     versions = GatedVersions({})
-    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=versions)
+    src = shipped_facts(versions=versions)
     facts = src.read(p.pid)
     assert facts["python"] is None and facts["vllm"] is None
     assert facts["trtllm_attention"] is False
@@ -128,7 +134,7 @@ def test_failed_lookup_marks_down_and_keeps_facts(spawn: Spawn) -> None:
     def broken(pid: int, python: str, environ: Mapping[str, str]) -> Mapping[str, str | None]:
         raise RuntimeError("interpreter exited with status 1")
 
-    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=broken)
+    src = shipped_facts(versions=broken)
     assert src.read(p.pid)["cmdline"]
     _wait(lambda: not src.health.up)
     assert "status 1" in (src.health.last_error or "")
@@ -136,7 +142,7 @@ def test_failed_lookup_marks_down_and_keeps_facts(spawn: Spawn) -> None:
 
 
 def test_no_target_and_vanished_target() -> None:
-    src = FactsSource(packages=PACKAGES, modules=MODULES, versions=GatedVersions({}))
+    src = shipped_facts(versions=GatedVersions({}))
     assert src.read(None) == {}
     facts = src.read(2**22 + 12345)
     assert facts["cmdline"] == [] and facts["python"] is None and not src.health.up
@@ -150,7 +156,7 @@ def test_real_version_lookup_in_the_target_environment(spawn: Spawn, tmp_path: P
     )
     p = spawn([sys.executable, "-c", SLEEPER], {"PYTHONPATH": str(tmp_path)})
     # The default lookup: watchdog.sources.pyenv, run with the target's environment.
-    src = FactsSource(packages=PACKAGES, modules=MODULES)
+    src = shipped_facts()
     facts = _wait(lambda: (f := src.read(p.pid))["flashinfer-python"] and f)
     assert facts["flashinfer-python"] == "0.6.7" and facts["flashinfer-cubin"] is None
 
@@ -187,7 +193,7 @@ def test_versions_come_from_the_target_root_in_a_sidecar(tmp_path: Path) -> None
     server = {"vllm": "0.11.2", "flashinfer-python": "0.6.7", "flashinfer-cubin": "0.6.7"}
     for name, version in {**server, "torch": "2.9.0+cu130"}.items():
         write_dist(site, name, version)
-    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
+    src = shipped_facts(proc_root=str(proc))
     facts = _wait(lambda: (f := src.read(SIDECAR_PID))["vllm"] and f)
     assert {k: facts[k] for k in server} == server and facts["torch"] == "2.9.0+cu130"
     assert facts["flashinfer-jit-cache"] is None and facts["python"] == "/usr/bin/python3.12"
@@ -198,7 +204,7 @@ def test_nothing_under_the_root_falls_back_to_the_interpreter(tmp_path: Path) ->
     write_dist(tmp_path / "site", "flashinfer-cubin", "0.6.7.post2")
     env = {"PYTHONPATH": str(tmp_path / "site")}
     proc = fake_proc(tmp_path, os.path.realpath(sys.executable), env, sys.executable)
-    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
+    src = shipped_facts(proc_root=str(proc))
     facts = _wait(lambda: (f := src.read(SIDECAR_PID))["flashinfer-cubin"] and f)
     assert facts["flashinfer-cubin"] == "0.6.7.post2" and src.health.up
 
@@ -211,7 +217,7 @@ def test_another_mount_namespace_never_runs_the_interpreter_here(tmp_path: Path)
     for pid, ns in ((str(SIDECAR_PID), "mnt:[4026532999]"), ("self", "mnt:[4026531841]")):
         (proc / pid / "ns").mkdir(parents=True)
         (proc / pid / "ns" / "mnt").symlink_to(ns)
-    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
+    src = shipped_facts(proc_root=str(proc))
     assert src.read(SIDECAR_PID)["cmdline"]
     _wait(lambda: not src.health.up)
     assert "another mount namespace" in (src.health.last_error or "")
@@ -256,9 +262,7 @@ def test_same_target_environment_is_read_again_only_every_recheck_s(tmp_path: Pa
     env = {"FLASHINFER_CUBINS_REPOSITORY": "https://one.example/"}
     proc = fake_proc(tmp_path, "/nonexistent/bin/true", env, "true")
     now = [100.0]
-    src = FactsSource(
-        packages=PACKAGES,
-        modules=MODULES,
+    src = shipped_facts(
         proc_root=str(proc),
         clock=lambda: now[0],
         recheck_s=10.0,
@@ -297,7 +301,7 @@ def test_sglang_environment_reports_the_engine_version(tmp_path: Path) -> None:
     engines = load_engines()
     ref = EngineRef(engines)
     ref.observe("python3 -m sglang.launch_server --model-path m", [])
-    src = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc), engine=ref)
+    src = shipped_facts(proc_root=str(proc), engine=ref)
     facts = _wait(lambda: (f := src.read(SIDECAR_PID))["sglang"] and f)
     assert {k: facts[k] for k in dists} == dists and facts["vllm"] is None
     assert facts["sgl-kernel"] is None and facts["tensorrt_llm"] is None
@@ -328,7 +332,7 @@ def test_operator_profile_package_is_collected(tmp_path: Path) -> None:
     assert (facts["acme-serve"], facts["acme-kernels"], facts["torch"]) == ("1.2.3", "0.9", "2.9.0")
     assert facts["engine"] == "acme" and facts["engine_version"] == "1.2.3"
     # Without the operator's list the shipped one has no idea of acme's packages.
-    plain = FactsSource(packages=PACKAGES, modules=MODULES, proc_root=str(proc))
+    plain = shipped_facts(proc_root=str(proc))
     assert "acme-serve" not in _wait(lambda: (f := plain.read(SIDECAR_PID))["torch"] and f)
 
 
@@ -346,9 +350,7 @@ def test_a_retitled_server_environment_comes_from_the_child_that_keeps_it(tmp_pa
     (pid_dir / "task" / str(SIDECAR_PID)).mkdir(parents=True)
     (pid_dir / "task" / str(SIDECAR_PID) / "children").write_text("4343 ")
     now = [0.0]
-    src = FactsSource(
-        packages=PACKAGES,
-        modules=MODULES,
+    src = shipped_facts(
         proc_root=str(proc),
         clock=lambda: now[0],
         recheck_s=10.0,
