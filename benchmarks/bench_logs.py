@@ -37,13 +37,16 @@ from logload import write_busy_log  # noqa: E402
 from watchdog.core.model import LogEvent  # noqa: E402
 from watchdog.core.openops import keep_with_ops, load_ops  # noqa: E402
 from watchdog.core.signatures import load_signatures  # noqa: E402
-from watchdog.sources.logs.parse import clean_line  # noqa: E402
+from watchdog.knowledge import load_knowledge  # noqa: E402
+from watchdog.sources.logs.parse import LogPatterns, clean_line  # noqa: E402
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text  # noqa: E402
 from watchdog.sources.logs.source import FileFollower, LogSource  # noqa: E402
 from watchdog.sources.logs.split import BlockSplitter, LineSplitter  # noqa: E402
 from watchdog.sources.logs.stackdumps import StackScanner  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+# The shipped engine formats, as the daemon's wiring hands them to its log source.
+PATTERNS = LogPatterns.from_engines(load_knowledge().engines)
 
 
 def timed(argv: list[str], out: Path) -> float:
@@ -72,12 +75,12 @@ def in_process(
             line = clean_line(raw)
             old += stacks.feed(line, "bench")
             if line:
-                old += parse_text(line, "bench", keep)
+                old += parse_text(line, "bench", keep, PATTERNS)
         old += stacks.flush("bench")
     t_old = time.perf_counter() - t0
     t0 = time.perf_counter()
     blocks, stacks = BlockSplitter(), StackScanner()
-    walker = StackBlocks(BlockScanner(keep))
+    walker = StackBlocks(BlockScanner(keep, patterns=PATTERNS))
     new: list[LogEvent] = []
     for i in range(0, len(data), 8 << 20):  # the live source's read size per tick
         block = blocks.feed(data[i : i + (8 << 20)])
@@ -109,7 +112,7 @@ def throughput(mib: float, work: Path, access_per_copy: int = 15000) -> tuple[fl
     start = timed([sys.executable, "-m", "watchdog", "replay", str(tiny)], work / "start.out")
     line_path = access_per_copy >= 1000  # the old path takes minutes on a dense log
     t_old, t_new, n_old, n_new = in_process(log.read_bytes(), keep, line_path=line_path)
-    engine = BlockScanner(keep_with_ops(keep, load_ops())).prefilter.engine
+    engine = BlockScanner(keep_with_ops(keep, load_ops()), patterns=PATTERNS).prefilter.engine
     n_lines = log.read_bytes().count(b"\n")
     kept = int((work / "grep.out").read_text().strip() or 0)
     print(
@@ -156,7 +159,9 @@ _STATS = (
 def burst(lines: int, seconds: float, work: Path) -> None:
     log = work / "burst.log"
     log.write_bytes(b"")
-    source = LogSource([FileFollower(log)], keep=load_signatures().log_keep_pattern())
+    source = LogSource(
+        [FileFollower(log)], keep=load_signatures().log_keep_pattern(), patterns=PATTERNS
+    )
     source.poll()
     batch = [_NOISE[i % 3] for i in range(999)] + [_STATS]
     batch[500] = b"Processed prompts:  50%|#####     | 50/100 [00:05<00:05, 10.0it/s]\r"

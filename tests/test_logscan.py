@@ -243,7 +243,12 @@ def test_a_flood_over_the_budget_is_carried_reported_and_bounded(tmp_path: Path)
 
     follower = FileFollower(log, max_bytes_per_read=1 << 20, max_lag_bytes=2 << 20)
     source = LogSource(
-        [follower], keep=KEEP, budget_s=0.05, clock=clock, on_skip=lambda r, n: calls.append((r, n))
+        [follower],
+        keep=KEEP,
+        patterns=PATTERNS,
+        budget_s=0.05,
+        clock=clock,
+        on_skip=lambda r, n: calls.append((r, n)),
     )
     source.poll()
     line = b"(EngineCore pid=1) ERROR EngineDeadError: flood\n"
@@ -275,7 +280,9 @@ def test_stream_reader_drop_is_reported_through_the_hook() -> None:
     proc.wait(timeout=20)
     assert reader.wait(timeout=20)
     calls: list[tuple[str, int]] = []
-    source = LogSource([reader], keep=KEEP, on_skip=lambda r, n: calls.append((r, n)))
+    source = LogSource(
+        [reader], keep=KEEP, patterns=PATTERNS, on_skip=lambda r, n: calls.append((r, n))
+    )
     events = source.poll()
     assert len(events) + source.dropped_events == 100
     assert calls == [("dropped", 4900)] and source.skipped["dropped"] == 4900

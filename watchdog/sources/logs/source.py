@@ -214,9 +214,9 @@ class LogSource:
         self,
         readers: Sequence[BlockReader],
         *,
+        patterns: LogPatterns,
         keep: re.Pattern[str] | None = None,
         ops: Sequence[OpDef] = (),
-        patterns: LogPatterns | None = None,
         max_events_per_tick: int = 500,
         tail_lines: int = 2000,
         name: str = "logs",
@@ -234,7 +234,8 @@ class LogSource:
         # a stall that lasts inside one of them names its cause.
         self._keep = keep_with_ops(keep, ops)
         # The engine log formats (shipped plus operator `--engines` profiles) this source reads;
-        # None: no engine's (parse.NO_ENGINES). Each source holds its own: nothing module-wide.
+        # required, so that a source built without them cannot silently read no engine's lines
+        # (parse.NO_ENGINES says so explicitly). Each source holds its own: nothing module-wide.
         self._patterns = patterns
         self._scanner = BlockScanner(self._keep, patterns=patterns, clock=clock)
         self._stack_blocks = StackBlocks(self._scanner, clock=clock)
