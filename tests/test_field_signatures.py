@@ -528,3 +528,64 @@ def test_live_spec_decoding_stall_is_named_from_the_command_line(sigs: Signature
         frozen_bar(tl, 40, first_logs=events([_stats(2, 0, 0.0)], sigs))
         v = final(tl.obs, sigs)
         assert v.signature == expect, (spec, v.state, v.signature)
+
+
+# --- the same causes in the words of other releases and launchers ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        # vllm/v1/executor/multiproc_executor.py as 0.8.x spelled it, and v1/engine/core_client.py.
+        (
+            [
+                "CRITICAL 03-02 10:00:00 [multiproc_executor.py:49] MulitprocExecutor got fatal "
+                "signal from worker processes, shutting down. See stack trace above for root cause "
+                "issue."
+            ],
+            "engine_worker_failed",
+        ),
+        (
+            [
+                "CRITICAL 03-02 10:00:00 [core_client.py:359] Got fatal signal from worker "
+                "processes, shutting down. See stack trace above for root cause issue."
+            ],
+            "engine_worker_failed",
+        ),
+        # torch/csrc/distributed/c10d/socket.cpp throwTimeoutError, logged by C10D_ERROR as is.
+        (
+            [
+                "[E302 10:00:00.123456789 socket.cpp:1023] [c10d] The client socket has timed out "
+                "after 900s while trying to connect to (10.0.0.7, 29500)."
+            ],
+            "collective_network_error",
+        ),
+        # torch ProcessGroupGloo, with the message cut where a terminal or a paste cut it.
+        (["RuntimeError: Gloo connectFullMesh fail"], "collective_network_error"),
+        # sglang srt/mem_cache/radix_cache.py available_and_evictable_str, then the watchdog.
+        (
+            [
+                "[2026-03-02 10:00:00 TP0] Available tokens: 250040 (available_size=40 + "
+                "evictable_size=250000, unused_evictable_size=0, protected_size=0)",
+                "[2026-03-02 10:05:00 TP0] Watchdog timeout (self.watchdog_timeout=300)",
+            ],
+            "sglang_hicache_eviction_deadlock",
+        ),
+    ],
+)
+def test_a_cause_in_another_releases_words_names_it(
+    log: list[str], cause: str, sigs: SignatureSet
+) -> None:
+    assert named(log, sigs)[:1] == [cause]
+
+
+def test_a_pool_with_room_left_is_no_eviction_deadlock(sigs: SignatureSet) -> None:
+    log = [
+        "[2026-03-02 10:00:00 TP0] Available tokens: 300000 (available_size=50000 + "
+        "evictable_size=250000, unused_evictable_size=0, protected_size=0)",
+        "[2026-03-02 10:05:00 TP0] Watchdog timeout (self.watchdog_timeout=300)",
+    ]
+    assert named(log, sigs)[:1] == ["sglang_scheduler_watchdog_timeout"]
+    # c10d's server side says it will retry: that is no failure.
+    retry = "[W302 10:00:00.1 socket.cpp:1] [c10d] The server socket has timed out, will retry."
+    assert "collective_network_error" not in named([retry], sigs)

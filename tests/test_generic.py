@@ -326,3 +326,121 @@ def test_live_wait_lines_during_a_compile_leave_the_compile_alone(sigs: Signatur
     tl2.tick(logs=wait)
     v2 = final(tl2.obs, sigs)
     assert v2.state == "stalled" and v2.evidence[0].kind == "generic:stalled"
+
+
+# --- tracebacks: how a log ends inside one, and frames that are no traceback ------------------
+
+
+def test_a_traceback_ending_in_a_bare_exception_is_a_crash(sigs: SignatureSet) -> None:
+    # `raise Exception(...)` prints `Exception: ...`: no prefix before the word.
+    text = (
+        '  File "/srv/app/runtime.py", line 38, in wrapper\n'
+        "    runtime = connect(loop)\n"
+        '  File "/srv/app/client.py", line 12, in connect\n'
+        "    raise Exception(f'no control plane at {url}')\n"
+        "Exception: no control plane at http://127.0.0.1:2379\n"
+    )
+    assert shown(text, sigs) == "crashed"
+
+
+def test_two_processes_tracebacks_ending_interleaved_with_carets_are_a_crash(
+    sigs: SignatureSet,
+) -> None:
+    # Two workers print the same traceback at once; Python 3.11+ marks each expression with
+    # carets. After the last frame come both code lines, both exceptions and their carets.
+    frame = '  File "/srv/app/worker.py", line 90, in start\n'
+    text = (
+        frame
+        + frame
+        + "    self.comm = Comm(rank)\n"
+        + "    self.comm = Comm(rank)\n"
+        + "                ^^^^^^^^^^\n"
+        + "RuntimeError: rendezvous store unreachable\n"
+        + "                ^^^^^^^^^^\n"
+        + "RuntimeError: rendezvous store unreachable\n"
+    )
+    assert shown(text, sigs) == "crashed"
+
+
+def test_a_stack_dump_innermost_frame_first_is_no_crash(sigs: SignatureSet) -> None:
+    # py-spy and faulthandler print the innermost frame first: each code line calls the frame
+    # above it. A thread parked in a wait, not a traceback cut before its exception.
+    text = (
+        '  File "/usr/lib/python3.12/threading.py", line 359, in wait\n'
+        "    waiter.acquire()\n"
+        '  File "/srv/app/queue.py", line 41, in get_result\n'
+        "    self.ready.wait()\n"
+        '  File "/srv/app/loop.py", line 7, in step\n'
+        "    out = q.get_result()\n"
+    )
+    assert shown(text, sigs) is None
+    # The same frames outermost first (a traceback whose end the log lost) are a crash.
+    outer_first = (
+        '  File "/srv/app/loop.py", line 7, in step\n'
+        "    out = q.get_result()\n"
+        '  File "/srv/app/queue.py", line 41, in get_result\n'
+        "    self.ready.wait()\n"
+        '  File "/usr/lib/python3.12/threading.py", line 359, in wait\n'
+        "    waiter.acquire()\n"
+    )
+    assert shown(outer_first, sigs) == "crashed"
+
+
+@pytest.mark.parametrize("level", ["[TRT-LLM] [V]", "WARNING", "DEBUG"])
+def test_a_traceback_logged_below_error_is_handled(level: str, sigs: SignatureSet) -> None:
+    # A request's error logged for the record (the server answers 500 and serves on).
+    text = (
+        f"[03/02/2026-10:00:00] {level} request failed: Traceback (most recent call last):\n"
+        '  File "/srv/app/server.py", line 957, in chat\n'
+        "    response = await make_response(promise)\n"
+        '  File "/srv/app/result.py", line 794, in make_response\n'
+        "    await promise.result()\n"
+    )
+    assert shown(text, sigs) is None
+    assert shown(text.replace(level, "ERROR"), sigs) == "crashed"
+
+
+# --- native and launcher deaths ----------------------------------------------------------------
+
+
+def test_a_native_backtrace_of_three_frames_is_a_crash(sigs: SignatureSet) -> None:
+    frame = "[{n}] /opt/lib/libplugin.so(_ZN6plugin7enqueueEv+0x{n}a)[0x7f00000{n}123]\n"
+    three = "".join(frame.format(n=n) for n in (3, 4, 5))
+    assert shown(three, sigs) == "crashed"
+    assert shown(three[: three.index("[5]")], sigs) is None  # two frames are not enough
+    # TensorRT-LLM's own exception frames are another format (errors it may serve past).
+    own = "".join(f"{n}       0x7fac7ac778fd tensorrt_llm::common::run() + 97\n" for n in (1, 2, 3))
+    assert shown(own, sigs) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Open MPI's help text (orte/runtime/help-orte-runtime.txt), wrapped as it prints it.
+        "It looks like orte_init failed for some reason; your parallel process is\n"
+        "likely to abort.  There are many reasons that a parallel process can\n",
+        "It looks like MPI_INIT failed for some reason; your parallel process is\n",
+        # torch's older NCCL check: `Error`, capitalised.
+        "[rank3]: RuntimeError: NCCL Error 2: unhandled system error (run with NCCL_DEBUG=INFO)\n",
+    ],
+)
+def test_launcher_and_library_death_lines_are_a_crash(text: str, sigs: SignatureSet) -> None:
+    assert shown(text, sigs) == "crashed"
+    assert shown(text + HEALTHY_TAIL, sigs) is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # SGLang's overlap thread and detokenizer SIGQUIT the launcher as the scheduler does.
+        "[2026-03-02 10:00:00 TP1] TpModelWorkerClient hit an exception: Traceback (most recent",
+        "[2026-03-02 10:00:00] DetokenizerManager hit an exception: Traceback (most recent",
+        # The launcher, when a scheduler died before it was ready.
+        "[2026-03-02 10:00:00] Rank 0 scheduler is dead. Please check if there are relevant logs.",
+    ],
+)
+def test_sglang_children_that_kill_the_launcher_name_the_child_failure(
+    line: str, sigs: SignatureSet
+) -> None:
+    _, evs = read_log((line + "\n").encode(), sigs, PATTERNS)
+    assert [m.signature.id for m in name_signatures(evs, sigs)] == ["sglang_scheduler_crashed"]

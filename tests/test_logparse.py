@@ -293,6 +293,10 @@ def test_keep_pattern_makes_line_events_only_when_matching() -> None:
             "INFO 05-30 07:55:22 [a.py:1] b",
         ),
         ("2026-01-01T00:00:00Z web-1  | INFO c", "INFO c"),
+        # A log pasted as a Markdown quote, and quoted again in a reply.
+        ('> [rank3]:   File "/x.py", line 3, in f', '[rank3]:   File "/x.py", line 3, in f'),
+        ("> > > host:1:2 [0] NCCL INFO Init COMPLETE", "host:1:2 [0] NCCL INFO Init COMPLETE"),
+        ("-> not a quote", "-> not a quote"),
         ("\x1b[32mINFO\x1b[0m d\x00 \r", "INFO d"),
         ("RuntimeError: Ninja build failed.", "RuntimeError: Ninja build failed."),
         ("flashinfer.jit: Fetching x", "flashinfer.jit: Fetching x"),

@@ -163,7 +163,19 @@ def _rule(
 # `, in NAME` (or `, line N`) may be wrapped onto the next line by a terminal
 # (vllm-project/vllm#24430, #20226).
 _FRAME = re.compile(r'^\s*File "[^"]+"(?:, line \d*|\s*$)')
-_EXC = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt|Exit)\b(?::|$)")
+_FRAME_FN = re.compile(r'^\s*File "[^"]+", line \d+, in (?P<fn>[\w<>.]+)\s*$')
+_EXC = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt|Exit)\b(?::|$)"
+)
+# Python 3.11+ marks the failing expression under each frame's code line (`    ^^^^^`, `~~~^~~`).
+_CARETS = re.compile(r"^[\s^~]+$")
+# A traceback's header logged below ERROR is an error the code handled and logged for the
+# record (TensorRT-LLM's `[TRT-LLM] [V] Error details: ... Traceback`), not the end of a process.
+_HANDLED = re.compile(
+    r"(?:\[[VDIW]\]|\b(?:DEBUG|INFO|WARNING|WARN|VERBOSE)\b).*Traceback \(most recent call last\)"
+)
+_AFTER_FRAME = 3  # lines a traceback prints after its last frame: code, exception, one more
+_AFTER_FRAME_EXC = 6  # with an exception line among them (two processes' ends interleaved)
 
 
 def _traceback_end(
@@ -175,7 +187,8 @@ def _traceback_end(
 ) -> GenericFinding | None:
     """A Python traceback that ends the log with its exception line (its header may be cut,
     as when a poster or a log rotation dropped `Traceback (most recent call last):`)."""
-    body = [content(t) for t in tail if t.strip()][-max(rule.count, 3) - 8 :]
+    lines = [content(t) for t in tail if t.strip()]
+    body = [b for b in lines if not _CARETS.match(b)][-max(rule.count, 3) - 8 :]
     dumps = [e for e in recent if e.kind == "stack" and e.fields.get("format") == "traceback"]
     for ev in reversed(dumps):
         error = str(ev.fields.get("exception") or "")
@@ -184,16 +197,45 @@ def _traceback_end(
         if error and not _near_miss(cls, error) and (not tail or _ends(error, body, moving)):
             return GenericFinding(cls, rule.label, error, "a traceback after the last progress")
     frames = [i for i, b in enumerate(body) if _FRAME.match(b)]
-    if len(frames) < 2 or frames[-1] < len(body) - 4:
-        return None  # the log does not end inside a traceback
-    last = body[-1]
-    if _near_miss(cls, last) or any(_near_miss(cls, b) for b in body):
+    if len(frames) < 2:
         return None
-    if _EXC.match(last):
-        return GenericFinding(cls, rule.label, last, "the log ends with a traceback's exception")
+    after = body[frames[-1] + 1 :]
+    exc = next((b for b in reversed(after) if _EXC.match(b)), None)
+    if len(after) > (_AFTER_FRAME_EXC if exc else _AFTER_FRAME):
+        return None  # the log does not end inside a traceback
+    if any(_near_miss(cls, b) for b in body) or _handled(tail) or _innermost_first(body):
+        return None
+    if exc is not None:
+        return GenericFinding(cls, rule.label, exc, "the log ends with a traceback's exception")
     return GenericFinding(
         cls, rule.label, body[frames[-1]], "the log ends inside a traceback (its end is cut)"
     )
+
+
+def _handled(tail: Sequence[str]) -> bool:
+    """Was the last traceback header in the tail logged below ERROR?"""
+    for t in reversed(tail):
+        if "Traceback (most recent call last)" in t:
+            return bool(_HANDLED.search(t))
+    return False
+
+
+def _innermost_first(body: list[str]) -> bool:
+    """Are these frames a stack dump (py-spy, faulthandler: innermost frame first) rather than a
+    traceback (outermost first)? In a traceback each frame's code line calls the next frame's
+    function; in a dump the next frame's code line calls this one's."""
+    frames = [
+        (i, m["fn"].rsplit(".", 1)[-1]) for i, b in enumerate(body) if (m := _FRAME_FN.match(b))
+    ]
+
+    def code(i: int) -> str:
+        return body[i + 1] if i + 1 < len(body) and not _FRAME.match(body[i + 1]) else ""
+
+    forward = backward = 0
+    for (i, fn), (j, nxt) in zip(frames, frames[1:], strict=False):
+        forward += f"{nxt}(" in code(i)
+        backward += f"{fn}(" in code(j)
+    return backward > forward
 
 
 def _ends(error: str, body: list[str], moving: frozenset[str]) -> bool:

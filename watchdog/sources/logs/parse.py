@@ -36,6 +36,8 @@ _OUTER_PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| "),
     # BuildKit elapsed seconds, optionally after the step number: `51.22 ` (spark-vllm-docker #245)
     re.compile(r"^(?:#\d+ )?\d+\.\d+ "),
+    # A log pasted as a Markdown quote, or quoted again in a reply: `> `, `> > > `.
+    re.compile(r"^>(?:[ \t]?>)*[ \t]?"),
     # pdsh `host: ` (nccl #1029). Lowercase with a digit or hyphen, so that `RuntimeError: `,
     # `INFO: `, `flashinfer.jit: ` and `vllm.v1....EngineDeadError: ` are never taken for hosts.
     re.compile(r"^(?=[a-z0-9.-]*[\d-])[a-z0-9][a-z0-9.-]*: "),
