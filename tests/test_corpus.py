@@ -147,7 +147,9 @@ def right_cause(entry: dict[str, str], r: Replayed) -> bool:
 
 def figures(split: str) -> dict[str, int]:
     """Per split: hang and crash excerpts, how many are flagged and how many with the right
-    cause; non-hang excerpts and how many of them were flagged (false alarms)."""
+    cause; those whose lines show the failure (labelled with a signature or a generic class,
+    before they were scored) and how many of them are flagged; non-hang excerpts and how many
+    of them were flagged (false alarms)."""
     out = collections.Counter[str]()
     for e in MANIFEST:
         if e["split"] != split:
@@ -160,7 +162,17 @@ def figures(split: str) -> dict[str, int]:
             out["hang"] += 1
             out["flagged"] += r.flagged
             out["right"] += right_cause(e, r)
-    return {k: out[k] for k in ("hang", "flagged", "right", "quiet", "false_alarms")}
+            if shows_failure(e):
+                out["shows"] += 1
+                out["shows_flagged"] += r.flagged
+    keys = ("hang", "flagged", "right", "shows", "shows_flagged", "quiet", "false_alarms")
+    return {k: out[k] for k in keys}
+
+
+def shows_failure(entry: dict[str, str]) -> bool:
+    """Do the excerpt's lines show its failure? Labelled with a signature, or with the generic
+    class they show; not an excerpt of startup lines from a thread that reports a hang later."""
+    return entry["expect"] != "unnameable" or "class" in entry
 
 
 def _pct(n: int, of: int) -> str:
@@ -170,14 +182,16 @@ def _pct(n: int, of: int) -> str:
 def render_figures() -> str:
     """The dev and test figures (docs/field-knowledge.md and the README)."""
     rows = [
-        "| split | excerpts | hang and crash | flagged | right cause | non-hang | false alarms |",
-        "|---|---|---|---|---|---|---|",
+        "| split | excerpts | hang and crash | flagged | right cause "
+        "| lines show the failure | of those flagged | non-hang | false alarms |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for split in SPLITS:
         f = figures(split)
         rows.append(
             f"| {split} | {f['hang'] + f['quiet']} | {f['hang']} | {_pct(f['flagged'], f['hang'])} "
-            f"| {_pct(f['right'], f['hang'])} | {f['quiet']} | {f['false_alarms']} |"
+            f"| {_pct(f['right'], f['hang'])} | {f['shows']} "
+            f"| {_pct(f['shows_flagged'], f['shows'])} | {f['quiet']} | {f['false_alarms']} |"
         )
     return "\n".join(rows)
 
@@ -192,6 +206,7 @@ def test_the_test_figures_hold() -> None:
     assert now["hang"] >= rec["hang"], "excerpts left the frozen test split"
     assert now["flagged"] >= rec["flagged"], f"test flagged {now['flagged']} < {rec['flagged']}"
     assert now["right"] >= rec["right"], f"test right cause {now['right']} < {rec['right']}"
+    assert now["shows_flagged"] >= rec["shows_flagged"], "test: fewer failures shown are flagged"
 
 
 def tally() -> dict[tuple[str, str], collections.Counter[str]]:
