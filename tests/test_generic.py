@@ -261,6 +261,9 @@ def test_an_operator_class_with_a_shipped_id_replaces_it_in_place(tmp_path: Path
 def test_generic_patterns_keep_their_lines_in_the_live_source(sigs: SignatureSet) -> None:
     keep = sigs.log_keep_pattern()
     assert keep is not None and keep.search("NVRM: Xid (PCI:0000:10:00): 31, pid=1")
+    assert keep.search("[4] /opt/lib/libplugin.so(_ZN6plugin7enqueueEv+0x4a)[0x7f0000004123]")
+    assert keep.search("It looks like orte_init failed for some reason; your parallel process is")
+    assert keep.search("[2026-03-02 10:00:00] Rank 0 scheduler is dead. Please check the logs.")
 
 
 # --- the same classes in a live verdict (run / diagnose) ------------------------------------
