@@ -552,6 +552,27 @@ def test_live_spec_decoding_stall_is_named_from_the_command_line(sigs: Signature
             ],
             "engine_worker_failed",
         ),
+        # vLLM 0.8 V1 core.py, and the frames of a worker's logged exception without its header.
+        (
+            ["ERROR 03-02 10:00:00 [core.py:387] EngineCore hit an exception: Traceback (most"],
+            "engine_dead",
+        ),
+        (
+            [
+                "(VllmWorker rank=3 pid=9) ERROR 03-02 10:00:00 [multiproc_executor.py:470]   "
+                'File "/srv/vllm/v1/worker/gpu_model_runner.py", line 2100, in execute_model',
+                "(VllmWorker rank=3 pid=9) ERROR 03-02 10:00:00 [multiproc_executor.py:470]     "
+                "return self.model(x)",
+            ],
+            "engine_worker_failed",
+        ),
+        (
+            [
+                "(Worker_TP1 pid=5) ERROR 03-02 10:00:00 [multiproc_executor.py:766] WorkerProc "
+                "failed to start."
+            ],
+            "engine_worker_failed",
+        ),
         # torch/csrc/distributed/c10d/socket.cpp throwTimeoutError, logged by C10D_ERROR as is.
         (
             [

@@ -84,15 +84,25 @@ def test_livelock_from_lines_that_repeat_with_no_progress(tmp_path: Path) -> Non
     # SGLang's retract line (srt/managers/scheduler.py update_running_batch) every step, no
     # batch finishing: the scheduler turns without making progress.
     line = (
-        "[2026-03-02 10:00:{:02d} TP0] KV cache pool is full. Retract requests. "
+        "[2026-03-02 10:{:02d}:{:02d} TP0] KV cache pool is full. Retract requests. "
         "#retracted_reqs: 1, #new_token_ratio: 0.7000 -> 1.0000"
     )
     log = tmp_path / "retract.log"
-    log.write_text("\n".join(line.format(s) for s in range(12)) + "\n")
+    log.write_text("\n".join(line.format(*divmod(s * 5, 60)) for s in range(12)) + "\n")
     done = replay(log)
     assert done.returncode == 1
     assert done.stdout.startswith("livelock (state stalled")
     assert "12 times in a row at the end" in done.stdout
+
+
+def test_the_same_error_in_a_burst_of_seconds_is_no_livelock(sigs: SignatureSet) -> None:
+    # One per-request error line a dozen times within two seconds (TensorRT-LLM's logger stamps
+    # `[MM/DD/YYYY-HH:MM:SS]`): a busy server failing requests, not a loop. Over minutes, a loop.
+    line = "[03/02/2026-10:{:02d}:{:02d}] [TRT-LLM] [E] Failed to detokenize output for request 0"
+    burst = "".join(line.format(0, s // 6) + "\n" for s in range(12))
+    assert shown(burst, sigs) is None
+    minutes = "".join(line.format(*divmod(s * 10, 60)) + "\n" for s in range(12))
+    assert shown(minutes, sigs) == "livelock"
 
 
 # --- near misses: each must stay quiet ------------------------------------------------------
@@ -447,3 +457,78 @@ def test_sglang_children_that_kill_the_launcher_name_the_child_failure(
 ) -> None:
     _, evs = read_log((line + "\n").encode(), sigs, PATTERNS)
     assert [m.signature.id for m in name_signatures(evs, sigs)] == ["sglang_scheduler_crashed"]
+
+
+# --- the same readings in other launchers' and releases' words --------------------------------
+
+
+def test_a_traceback_cut_inside_a_frame_path_or_after_one_frame_is_a_crash(
+    sigs: SignatureSet,
+) -> None:
+    cut = (
+        "[10:00:08 TP4] Exception in model runner:\n"
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app/runner.py", line 147, in __init__\n'
+        "    self.capture()\n"
+        '  File "/srv/app/gra\n'
+    )
+    assert shown(cut, sigs) == "crashed"
+    one = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/run.py", line 504, in <module>\n'
+        "    main()\n"
+    )
+    assert shown(one, sigs) == "crashed"
+    # One frame without the header is a line that names a file, nothing more.
+    assert shown('  File "/srv/run.py", line 504, in <module>\n    main()\n', sigs) is None
+
+
+def test_an_uncaught_exception_line_ends_the_log_but_a_logged_one_does_not(
+    sigs: SignatureSet,
+) -> None:
+    # Python's excepthook prints the last line unprefixed; its message may run on.
+    text = "AssertionError: profiling saw no free memory change.\nCheck other processes.\n"
+    assert shown(text, sigs) == "crashed"
+    # A logger's ERROR line with an exception in it may be one the code handled and served past.
+    logged = (
+        "(Worker pid=7) ERROR 03-02 10:00:00 [connector.py:815] RuntimeError: remote agent id "
+        "mismatch\n(Worker pid=7) ERROR 03-02 10:00:00 [connector.py:827] Handshake failed for "
+        "request 1\n"
+    )
+    assert shown(logged, sigs) is None
+
+
+@pytest.mark.parametrize("prefix", [" 7: ", "12: ", "[1,7]<stderr>:"])
+def test_rank_tags_of_srun_and_mpirun_are_read_through(prefix: str, sigs: SignatureSet) -> None:
+    frames = (
+        "Traceback (most recent call last):",
+        '  File "/srv/app/loader.py", line 48, in from_config',
+        "    model = cls(config)",
+        '  File "/srv/app/model.py", line 1640, in __init__',
+        "    self.layers = build(config)",
+    )
+    text = "".join(prefix + f + "\n" for f in frames)
+    assert shown(text, sigs) == "crashed"
+
+
+def test_sglangs_fatal_out_of_memory_is_a_crash_and_its_retract_is_not(sigs: SignatureSet) -> None:
+    fatal = (
+        "RuntimeError: Prefill out of memory. Try to lower your batch size.\n"
+        "Try to allocate 9 tokens.\n"
+    )
+    assert shown(fatal, sigs) == "crashed"
+    retract = (
+        "[2026-03-02 10:00:00 TP0] Decode out of memory happened. #retracted_reqs: 1, "
+        "#new_token_ratio: 0.1 -> 0.2\n"
+    )
+    assert shown(retract, sigs) is None
+
+
+def test_the_heartbeat_monitor_is_a_timeout_not_a_named_collective(sigs: SignatureSet) -> None:
+    # torch ProcessGroupNCCL.cpp HeartbeatMonitor's message (it mentions a timeout setting).
+    line = (
+        "[rank1]:[F302 10:00:00.1 ProcessGroupNCCL.cpp:1169] [PG 2 Rank 1] ProcessGroupNCCL's "
+        "watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+        "collectives. ... you can either increase the timeout (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC)\n"
+    )
+    assert shown(line, sigs) == "timed_out"

@@ -73,9 +73,15 @@ _PREFIX = re.compile(
 )
 
 
+# TensorRT-LLM's logger: `[01/22/2026-08:52:42] [TRT-LLM] [E] ...` (tensorrt_llm/logger.py).
+_TS_SLASHED = re.compile(
+    r"(?P<mo>\d{2})/(?P<d>\d{2})/\d{4}-(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+)
+
+
 def timestamp_s(line: str) -> float | None:
     """Seconds of a log line's own timestamp (month and day approximate), or None."""
-    m = _TS.search(line[:80])
+    m = _TS.search(line[:80]) or _TS_SLASHED.search(line[:80])
     if m is None:
         return None
     days = int(m["mo"]) * 31 + int(m["d"])
@@ -163,6 +169,8 @@ def _rule(
 # `, in NAME` (or `, line N`) may be wrapped onto the next line by a terminal
 # (vllm-project/vllm#24430, #20226).
 _FRAME = re.compile(r'^\s*File "[^"]+"(?:, line \d*|\s*$)')
+# A frame line cut inside its path (a log line limit, a paste): still where the traceback ends.
+_CUT_FRAME = re.compile(r'^\s*File "[^"]*$')
 _FRAME_FN = re.compile(r'^\s*File "[^"]+", line \d+, in (?P<fn>[\w<>.]+)\s*$')
 _EXC = re.compile(
     r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt|Exit)\b(?::|$)"
@@ -196,20 +204,48 @@ def _traceback_end(
         # hand, the exception must be among its last lines (nothing moved on after it).
         if error and not _near_miss(cls, error) and (not tail or _ends(error, body, moving)):
             return GenericFinding(cls, rule.label, error, "a traceback after the last progress")
-    frames = [i for i, b in enumerate(body) if _FRAME.match(b)]
-    if len(frames) < 2:
+    frames = [i for i, b in enumerate(body) if _FRAME.match(b) or _CUT_FRAME.match(b)]
+    headed = (
+        any(b.endswith("Traceback (most recent call last):") for b in body[: frames[0]])
+        if frames
+        else False
+    )
+    if any(_near_miss(cls, b) for b in body) or _handled(tail):
+        return None
+    if not frames:
+        return _bare_exception(rule, cls, tail, moving)
+    if len(frames) < (1 if headed else 2):
         return None
     after = body[frames[-1] + 1 :]
     exc = next((b for b in reversed(after) if _EXC.match(b)), None)
     if len(after) > (_AFTER_FRAME_EXC if exc else _AFTER_FRAME):
         return None  # the log does not end inside a traceback
-    if any(_near_miss(cls, b) for b in body) or _handled(tail) or _innermost_first(body):
+    if any(a in moving for a in after):
+        return None  # the server made progress after it
+    if _innermost_first(body):
         return None
     if exc is not None:
         return GenericFinding(cls, rule.label, exc, "the log ends with a traceback's exception")
     return GenericFinding(
         cls, rule.label, body[frames[-1]], "the log ends inside a traceback (its end is cut)"
     )
+
+
+def _bare_exception(
+    rule: GenericRule, cls: GenericClass, tail: Sequence[str], moving: frozenset[str]
+) -> GenericFinding | None:
+    """The log ends with an exception line whose frames it lost (a paste of the error alone).
+    Python's excepthook prints an uncaught exception's `Name(Error|Exception): message` at the
+    start of a line, with no logger prefix, and the message may run on over a few lines; an
+    exception line a logger wrote (`ERROR ... [file.py:N] RuntimeError: ...`) may be one the
+    code handled, and is only read with its frames."""
+    raw = [t.strip() for t in tail if t.strip()][-_AFTER_FRAME:]
+    for i, line in enumerate(raw):
+        if _EXC.match(line) and not line.endswith(("Error", "Exception")):
+            if any(content(later) in moving for later in raw[i + 1 :]):
+                return None  # the server made progress after it
+            return GenericFinding(cls, rule.label, line, "the log ends with an exception line")
+    return None
 
 
 def _handled(tail: Sequence[str]) -> bool:
@@ -287,6 +323,10 @@ def _same_lines(rule: GenericRule, cls: GenericClass, tail: Sequence[str]) -> Ge
                 break
             rounds += 1
         if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
+            lines = [t.strip() for t in tail if t.strip()]
+            first, last = timestamp_s(lines[-rounds * period]), timestamp_s(lines[-1])
+            if first is not None and last is not None and last - first < rule.min_s:
+                return None  # a burst within seconds, not a loop
             line = tail[-1].strip()
             return GenericFinding(cls, rule.label, line, f"{rounds} times in a row at the end")
     return None

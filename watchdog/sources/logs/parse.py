@@ -36,6 +36,9 @@ _OUTER_PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| "),
     # BuildKit elapsed seconds, optionally after the step number: `51.22 ` (spark-vllm-docker #245)
     re.compile(r"^(?:#\d+ )?\d+\.\d+ "),
+    # Launchers that tag each line with its rank: Slurm `srun --label` (` 7: `, the task number
+    # right-aligned) and Open MPI `mpirun --tag-output` (`[1,7]<stderr>:`).
+    re.compile(r"^ *\d{1,5}: (?=\S| )|^\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:"),
     # A log pasted as a Markdown quote, or quoted again in a reply: `> `, `> > > `.
     re.compile(r"^>(?:[ \t]?>)*[ \t]?"),
     # pdsh `host: ` (nccl #1029). Lowercase with a digit or hyphen, so that `RuntimeError: `,
