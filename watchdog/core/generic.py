@@ -205,10 +205,8 @@ def _traceback_end(
         if error and not _near_miss(cls, error) and (not tail or _ends(error, body, moving)):
             return GenericFinding(cls, rule.label, error, "a traceback after the last progress")
     frames = [i for i, b in enumerate(body) if _FRAME.match(b) or _CUT_FRAME.match(b)]
-    headed = (
-        any(b.endswith("Traceback (most recent call last):") for b in body[: frames[0]])
-        if frames
-        else False
+    headed = bool(frames) and any(
+        b.endswith("Traceback (most recent call last):") for b in body[: frames[0]]
     )
     if any(_near_miss(cls, b) for b in body) or _handled(tail):
         return None
@@ -311,7 +309,8 @@ def content(line: str) -> str:
 
 def _same_lines(rule: GenericRule, cls: GenericClass, tail: Sequence[str]) -> GenericFinding | None:
     """The log ends with the same one to three lines over and over (`count` rounds at least)."""
-    body = [content(t) for t in tail if t.strip()]
+    lines = [t.strip() for t in tail if t.strip()]
+    body = [content(t) for t in lines]
     for period in (1, 2, 3):
         need = period * max(rule.count, 2)
         if len(body) < need:
@@ -323,7 +322,6 @@ def _same_lines(rule: GenericRule, cls: GenericClass, tail: Sequence[str]) -> Ge
                 break
             rounds += 1
         if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
-            lines = [t.strip() for t in tail if t.strip()]
             first, last = timestamp_s(lines[-rounds * period]), timestamp_s(lines[-1])
             if first is not None and last is not None and last - first < rule.min_s:
                 return None  # a burst within seconds, not a loop

@@ -38,7 +38,7 @@ _OUTER_PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(r"^(?:#\d+ )?\d+\.\d+ "),
     # Launchers that tag each line with its rank: Slurm `srun --label` (` 7: `, the task number
     # right-aligned) and Open MPI `mpirun --tag-output` (`[1,7]<stderr>:`).
-    re.compile(r"^ *\d{1,5}: (?=\S| )|^\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:"),
+    re.compile(r"^ *\d{1,5}: |^\[\d+,\d+\]<(?:stdout|stderr|stddiag)>:"),
     # A log pasted as a Markdown quote, or quoted again in a reply: `> `, `> > > `.
     re.compile(r"^>(?:[ \t]?>)*[ \t]?"),
     # pdsh `host: ` (nccl #1029). Lowercase with a digit or hyphen, so that `RuntimeError: `,
