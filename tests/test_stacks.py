@@ -93,13 +93,46 @@ def test_collective_wait_is_captured_with_its_module_path() -> None:
 
 @needs_pyspy
 def test_start_returns_at_once_and_poll_hands_the_result_out_once(download_target) -> None:
-    capturer = StackCapturer(deadline_s=30.0, second_after_s=0.5)
+    capturer = StackCapturer(deadline_s=30.0, second_after_s=0.5, native=False)
     assert capturer.start([_proc(download_target)]) is True
     assert capturer.start([_proc(download_target)]) is False  # one capture at a time
     result = _wait_result(capturer)
     assert result.result == "ok"
     assert capturer.poll() is None
     assert not capturer.busy()
+
+
+@needs_pyspy
+def test_the_python_dumps_come_out_before_the_native_one_which_keeps_their_proof(
+    download_target,
+) -> None:
+    """The verdict must not wait for native unwinding (seconds on a vLLM process): poll hands
+    out the two Python-only dumps first, then the same capture with native frames, whose
+    stuck thread is still marked unchanged."""
+    seen: list[list[str]] = []
+
+    def slow_native_runner(argv: list[str], **kw: object) -> subprocess.Popen[str]:
+        seen.append(list(argv))
+        if "--native" in argv:
+            time.sleep(1.0)  # as a native unwind of a big process takes seconds
+        return subprocess.Popen(argv, **kw)  # type: ignore[call-overload]
+
+    capturer = StackCapturer(deadline_s=30.0, second_after_s=0.5, runner=slow_native_runner)
+    assert capturer.start([_proc(download_target)]) is True
+    first = _wait_result(capturer)
+    assert capturer.native_pending() and capturer.busy()
+    stuck = _thread_with(first, download_target.pid, "download_file")
+    assert stuck.unchanged is True
+    assert not any(f.module for f in stuck.frames), "a native frame in the Python-only dump"
+    final = _wait_result(capturer)
+    assert final.result == "ok", final.reason
+    native = _thread_with(final, download_target.pid, "download_file")
+    assert any(f.module for f in native.frames), "no native frame in the native dump"
+    assert native.unchanged is True and native.held > 0
+    moving = _thread_with(final, download_target.pid, "climb")
+    assert moving.unchanged is False
+    assert capturer.poll() is None and not capturer.native_pending()
+    assert [("--native" in a) for a in seen] == [False, False, True]
 
 
 @needs_pyspy

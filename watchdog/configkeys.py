@@ -61,7 +61,13 @@ class Config:
         lo=10,
     )
     stall_after_s: float = _f(15.0, "no progress with work pending for this long is a stall", lo=1)
-    suspect_after_s: float = _f(8.0, "no progress for this long starts stack capture", lo=1)
+    suspect_after_s: float = _f(3.0, "no progress for this long starts stack capture", lo=1)
+    proven_after_s: float = _f(
+        6.0,
+        "no progress for this long is a hang when the cause is proven: stacks unchanged across "
+        "two dumps with a matching socket or log line, or the server's own decisive words",
+        lo=1,
+    )
     blind_stall_after_s: float = _f(
         120.0,
         "stall threshold when no GPU figures are available and no evidence proves the cause",
@@ -143,7 +149,9 @@ class Config:
     stack_native: bool = _f(True, "py-spy --native")
     stack_locals: bool = _f(False, "py-spy --locals: off by default, locals can hold user prompts")
     stack_deadline_s: float = _f(10.0, "hard deadline of each py-spy dump", lo=0.5)
-    stack_second_after_s: float = _f(5.0, "second dump this long after the first", lo=0)
+    stack_second_after_s: float = _f(
+        2.0, "second (Python-only) dump this long after the first; native frames follow", lo=0
+    )
     # remediation (off unless enabled)
     remediate: bool = _f(False, "restart the server with the signature's fallback")
     dry_run: bool = _f(False, "log and export the remediation plan without acting")

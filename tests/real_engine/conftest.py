@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.real_engine.dtype_probe import choose_dtype
 from tests.real_engine.engine import HERE, Hang, VllmServer, make_model, plugin_site
 from tests.real_engine.watch import Watchdog
 
@@ -48,15 +49,29 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return plugin_site(tmp_path_factory.mktemp("plugin"))
 
 
+@pytest.fixture(scope="session")
+def serving_dtype(
+    real_python: str, tiny_model: Path, site: Path, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """The dtype this CPU serves (tests/real_engine/dtype_probe.py), found once per session;
+    a machine where none serves ends the tier here with that one message."""
+    choice = choose_dtype(real_python, tiny_model, site, tmp_path_factory.mktemp("dtype-probe"))
+    print(f"\n[real-engine] {choice.describe()}")
+    if choice.dtype is None:
+        pytest.exit(f"real-engine tier: {choice.describe()}", returncode=1)
+    return choice.dtype
+
+
 @pytest.fixture
 def servers(
-    real_python: str, tiny_model: Path, site: Path, tmp_path: Path
+    real_python: str, tiny_model: Path, site: Path, tmp_path: Path, serving_dtype: str
 ) -> Iterator[Callable[..., VllmServer]]:
     """Start real vLLM servers; every one is stopped (its whole process group) afterwards."""
     made: list[VllmServer] = []
 
     def start(hang: Hang | None = None, **kw: Any) -> VllmServer:
         work = tmp_path / f"vllm{len(made)}"
+        kw.setdefault("dtype", serving_dtype)
         server = VllmServer(real_python, tiny_model, work, site, hang=hang or Hang(), **kw)
         made.append(server.start())
         return server

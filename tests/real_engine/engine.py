@@ -30,8 +30,9 @@ PLUGIN = HERE / "plugin" / "hw_hang_plugin.py"
 # vLLM 0.32 on 2 cores: about 30 s when idle, several minutes when the host is busy.
 READY_S = float(os.environ.get("HANG_WATCHDOG_REAL_ENGINE_READY_S", "420"))
 
-# What the CPU build needs here: a small KV cache (GiB), no hub, eager mode (no compile), and
-# on a one-NUMA-node host an explicit core per rank (the automatic binding refuses it).
+# What the CPU build needs here: a small KV cache (GiB), no hub, and on a one-NUMA-node host an
+# explicit core per rank (the automatic binding refuses it). Eager mode unless a test asks for
+# vLLM's default (torch.compile at startup); the dtype is the one `choose_dtype` found serving.
 BASE_ENV = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "HF_HUB_OFFLINE": "1",
@@ -119,6 +120,8 @@ class VllmServer:
     tp: int = 1
     extra_env: Mapping[str, str] = field(default_factory=dict)
     extra_args: Sequence[str] = ()
+    dtype: str = "float32"
+    eager: bool = True
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -136,8 +139,9 @@ class VllmServer:
 
     def argv(self) -> list[str]:
         argv = [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model)]
-        argv += ["--served-model-name", "tiny", "--enforce-eager", "--max-model-len", "512"]
-        argv += ["--dtype", "bfloat16", "--host", "127.0.0.1", "--port", str(self.port)]
+        argv += ["--served-model-name", "tiny", "--max-model-len", "512"]
+        argv += ["--enforce-eager"] if self.eager else []
+        argv += ["--dtype", self.dtype, "--host", "127.0.0.1", "--port", str(self.port)]
         argv += ["--max-num-seqs", "16"]
         if self.tp > 1:
             argv += ["--tensor-parallel-size", str(self.tp)]
@@ -146,6 +150,8 @@ class VllmServer:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTEST"))}
         env.update(BASE_ENV)
+        # A compile cache of this server's own: a compile-mode start is a cold one.
+        env["VLLM_CACHE_ROOT"] = str(self.work / "vllm-cache")
         env["PYTHONPATH"] = str(self.site)
         # One core per rank: vLLM's CPU worker binds its OpenMP threads to these.
         env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(i % os.cpu_count()) for i in range(self.tp))  # type: ignore[operator]

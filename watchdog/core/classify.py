@@ -312,7 +312,7 @@ def _match(
 ) -> tuple[Signature, float, list[Evidence]] | None:
     """`dying`: the server died; only a cause proven by evidence from before counts."""
     st = ctx.stall
-    if sig.when == "stalled" and not (st.stalled or st.due or dying):
+    if sig.when == "stalled" and not (st.stalled or st.provable or dying):
         return None
     if any(_eval(r, ctx) is not None for r in sig.unless):
         return None

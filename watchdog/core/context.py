@@ -22,7 +22,8 @@ class Thresholds:
     """The numbers classification depends on (all from the config)."""
 
     stall_after_s: float = 15.0
-    suspect_after_s: float = 8.0
+    suspect_after_s: float = 3.0
+    proven_after_s: float = 6.0
     blind_stall_after_s: float = 120.0
     gpu_spin_sm: float = 0.9
     gpu_spin_dram: float = 0.05
@@ -52,6 +53,9 @@ class Stall:
     # is named now; without GPU figures and without proof `stalled` waits for the blind limit.
     due: bool = False
     witnesses: tuple[str, ...] = ()  # every witness of the pending work (core/witnesses.py)
+    # proven_after_s reached (not busy): a cause that evidence proves is named from now on;
+    # how soon depends on the proof, not on the unproven soft stage at stall_after_s.
+    provable: bool = False
 
 
 class Context:
@@ -89,7 +93,8 @@ class Context:
         stalled = secs >= limit and not busy
         suspicious = secs >= self.th.suspect_after_s and not busy
         due = secs >= self.th.stall_after_s and not busy
-        return Stall(True, secs, stalled, suspicious, busy, detail, due, witnesses)
+        provable = secs >= min(self.th.proven_after_s, self.th.stall_after_s) and not busy
+        return Stall(True, secs, stalled, suspicious, busy, detail, due, witnesses, provable)
 
     def _spin_since(self) -> float | None:
         """When the newest unbroken run of spin-shaped samples on some GPU began, or None."""

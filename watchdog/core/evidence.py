@@ -141,8 +141,8 @@ def _gpu_spin(rule: Rule, ctx: Context) -> str | None:
 
 
 def _no_progress(rule: Rule, ctx: Context) -> str | None:
-    # `due`: stall_after_s reached; before the blind limit classify() asks for a proof too.
-    return ctx.stall.detail if ctx.stall.stalled or ctx.stall.due else None
+    # `provable`: proven_after_s reached; before the stall limit classify() asks for a proof.
+    return ctx.stall.detail if ctx.stall.stalled or ctx.stall.provable else None
 
 
 def _gpu_cc(rule: Rule, ctx: Context) -> str | None:

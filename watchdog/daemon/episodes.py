@@ -24,6 +24,11 @@ WRITE_RETRY_MAX_S = 300.0
 # The first discard retries at once; each later one waits twice as long, up to the maximum.
 CAPTURE_BACKOFF_S = 5.0
 CAPTURE_BACKOFF_MAX_S = 60.0
+# A capture whose stacks proved nothing (a thread that moved between the dumps, a rank caught
+# between two steps) is taken again while the stall lasts, so the verdict does not wait for
+# the blind limit with one unlucky pair of dumps in hand; a few per episode, spaced out.
+RECAPTURE_AFTER_S = 10.0
+MAX_CAPTURES = 4
 HEALTHY_STATES = frozenset({"serving", "idle", "loading", "compiling", "starting"})
 
 
@@ -41,6 +46,8 @@ class Episode:
     retry_write_t: float | None = None  # no new attempt before this time
     discarded_captures: int = 0  # captures the server moved on from while they ran
     capture_not_before: float | None = None  # back-off after repeated discards
+    capture_done_t: float | None = None  # when the last capture's result came in
+    captures: int = 0  # captures started this episode
     worst: str = ""  # "stalled" (soft) or "hung" (hard, cause proven): the furthest it got
     worst_signature: str | None = None
 
@@ -70,6 +77,7 @@ class EpisodeHook:
         self.incidents: list[Path] = []
         self._checked_pid: int | None = None
         self.capture_warning: str | None = None  # why stack capture cannot work, said up front
+        self._drop_native = False  # the next result is the native half of a discarded capture
 
     def on_tick(self, tick: Tick) -> None:
         obs, verdict = tick.obs, tick.verdict
@@ -104,7 +112,7 @@ class EpisodeHook:
                 self._ended(ep, "recovered_on_its_own", moved, tick)
                 return
         if troubled:
-            self._maybe_capture(obs, ep)
+            self._maybe_capture(obs, ep, verdict)
         if not fresh_stacks and self._wants_incident(obs, verdict, ep):
             self._write(tick, ep)
 
@@ -176,8 +184,13 @@ class EpisodeHook:
         result = self.capturer.poll()
         if result is None:
             return False
-        if self.metrics is not None:
-            self.metrics.stack_capture(result.result)
+        native_follows = self.capturer.native_pending()
+        if self._drop_native:
+            # The native dump of a capture whose Python dumps were discarded: just as stale.
+            self._drop_native = native_follows
+            return False
+        if self.metrics is not None and not native_follows:
+            self.metrics.stack_capture(result.result)  # once per capture: on its last result
         ep, now = self.episode, tick.obs.t
         moved = tick.window.progress.last_progress_t
         started = ep.capture_started_t if ep is not None else None
@@ -186,6 +199,7 @@ class EpisodeHook:
             # of this stall. Take new ones if it stalls again.
             ep.capture_started_t = None
             ep.discarded_captures += 1
+            self._drop_native = native_follows
             wait = 0.0
             if ep.discarded_captures > 1:
                 wait = CAPTURE_BACKOFF_S * 2 ** (ep.discarded_captures - 2)
@@ -196,6 +210,8 @@ class EpisodeHook:
             )
             return False
         self.capture = result
+        if ep is not None and not native_follows:
+            ep.capture_done_t = now
         samples = tuple(result.samples)
         if not samples and result.result != "ok":
             # Nothing was dumped (py-spy missing, no Python process): the verdict must still
@@ -205,15 +221,24 @@ class EpisodeHook:
         log.info("stack capture finished: %s %s", result.result, result.reason)
         return True
 
-    def _maybe_capture(self, obs: Observation, ep: Episode) -> None:
-        if self.capturer is None or ep.capture_started_t is not None:
+    def _maybe_capture(self, obs: Observation, ep: Episode, verdict: Verdict) -> None:
+        if self.capturer is None:
+            return
+        if ep.capture_started_t is not None and not self._again(obs, ep, verdict):
             return
         if ep.capture_not_before is not None and obs.t < ep.capture_not_before:
             return
         if obs.procs is None or not obs.procs.alive or not obs.procs.procs:
             return
         if self.capturer.start(list(obs.procs.procs)):
-            ep.capture_started_t = obs.t
+            ep.capture_started_t, ep.capture_done_t = obs.t, None
+            ep.captures += 1
+
+    def _again(self, obs: Observation, ep: Episode, verdict: Verdict) -> bool:
+        """Whether to dump again: the last capture is in, proved no cause, and the stall goes on."""
+        if verdict.is_hang or ep.capture_done_t is None or ep.captures >= MAX_CAPTURES:
+            return False
+        return obs.t - ep.capture_done_t >= RECAPTURE_AFTER_S
 
     def _wants_incident(self, obs: Observation, verdict: Verdict, ep: Episode) -> bool:
         if self.writer is None:
@@ -228,7 +253,9 @@ class EpisodeHook:
             return False
         if ep.retry_write_t is not None and obs.t < ep.retry_write_t:
             return False  # the disk was full a moment ago: back off, do not retry every tick
-        waiting = ep.capture_started_t is not None and self.capture is None
+        # The bundle waits for the native frames too (the verdict did not).
+        native = self.capturer is not None and self.capturer.native_pending()
+        waiting = ep.capture_started_t is not None and (self.capture is None or native)
         return not (waiting and obs.t - ep.capture_started_t < self.capture_wait_s)  # type: ignore[operator]
 
     def _write(self, tick: Tick, ep: Episode) -> None:

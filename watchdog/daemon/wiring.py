@@ -295,7 +295,7 @@ def _episodes(cfg: Config, built: Built, packages: tuple[str, ...]) -> None:
         log_tail=(lambda: logs.tail(500)) if logs is not None else (lambda: ()),
         environment=lambda obs: _environment(built.daemon, obs, packages),
         metrics=built.metrics,
-        capture_wait_s=cfg.stack_deadline_s * 2 + cfg.stack_second_after_s + 5,
+        capture_wait_s=cfg.stack_deadline_s * 3 + cfg.stack_second_after_s + 5,
     )
     built.episodes = hook
     built.daemon.hooks.append(hook)

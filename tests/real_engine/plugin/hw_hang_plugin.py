@@ -17,6 +17,10 @@ once the trigger file exists, does what HW_HANG says at the first step that has 
                       step and wait in the real all-reduce
   silent_load         the model load sleeps HW_HANG_LOAD_S seconds without a line
 
+Apart from HW_HANG, HW_SIGILL_DTYPE=bfloat16 kills the worker with SIGILL at its first step
+with tokens when the model runs in that dtype: what vLLM's AMX attention kernel does on a CPU
+that advertises AMX and cannot run it (the worker dies with exit code -4), on any machine.
+
 The onset (wall time) is written once to HW_HANG_ONSET; the resolved attention config of each
 process to HW_HANG_CONFIG.<pid>.json. Runs inside vLLM's own Python, so stdlib only.
 """
@@ -34,13 +38,14 @@ ONSET = os.environ.get("HW_HANG_ONSET", "")
 CONFIG = os.environ.get("HW_HANG_CONFIG", "")
 RANK = int(os.environ.get("HW_HANG_RANK", "0") or 0)
 LOAD_S = float(os.environ.get("HW_HANG_LOAD_S", "60") or 60)
+SIGILL_DTYPE = os.environ.get("HW_SIGILL_DTYPE", "")
 
 _state: dict[str, Any] = {"fired": False, "config_written": False}
 
 
 def register() -> None:
     """vLLM's plugin entry point: patch the model runner once per process."""
-    if not MODE and not CONFIG:
+    if not MODE and not CONFIG and not SIGILL_DTYPE:
         return
     from vllm.v1.worker import gpu_model_runner
 
@@ -51,6 +56,8 @@ def register() -> None:
 
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         _record_config(self)
+        if SIGILL_DTYPE and getattr(scheduler_output, "total_num_scheduled_tokens", 0) > 0:
+            _illegal_instruction(self)
         if _due(scheduler_output):
             _inject(self)
         return original(self, scheduler_output, *args, **kwargs)
@@ -99,6 +106,16 @@ def _inject(runner: Any) -> None:
     if MODE == "block" and _rank() == RANK:
         _onset()
         _held_outside_the_step()
+
+
+def _illegal_instruction(runner: Any) -> None:
+    dtype = getattr(
+        getattr(getattr(runner, "vllm_config", None), "model_config", None), "dtype", ""
+    )
+    if str(dtype).removeprefix("torch.") == SIGILL_DTYPE:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGILL)
 
 
 def _held_outside_the_step() -> None:

@@ -4,6 +4,13 @@ Every py-spy run has a hard deadline and its process group is killed when it pas
 watchdog blocked forever inside py-spy: sglang #17941). `--subprocesses --json` only prints the
 parent (py-spy 0.4), so each pid is dumped on its own, in parallel. `--locals` is off
 unless the operator asks: locals can hold user prompts.
+
+Python frames first: a Python-only dump of a vLLM process takes a fraction of a second, a
+`--native` one seconds (py-spy unwinds through libtorch's symbols; about 8 s on two busy
+cores), and the Python frames usually decide the cause. So a capture takes two Python-only
+dumps `second_after_s` apart and hands that result out at once; the native dump (for the
+bundle and for the rules that name a native frame) follows and is handed out after it, its
+threads keeping what the two Python dumps proved while their Python frames still agree.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from watchdog.core.capture import CaptureResult
 from watchdog.core.model import ProcInfo, StackSample, ThreadStack
@@ -27,6 +34,7 @@ from watchdog.sources.stacks.parse import (
     FIX_TIMEOUT,
     DumpParseError,
     classify_failure,
+    common_outer,
     is_python_process,
     mark_unchanged,
     parse_dump_json,
@@ -69,7 +77,7 @@ class StackCapturer:
         native: bool = True,
         with_locals: bool = False,
         deadline_s: float = 10.0,
-        second_after_s: float = 5.0,
+        second_after_s: float = 2.0,
         max_parallel: int = 8,
         overall_s: float | None = None,
         runner: Runner = subprocess.Popen,
@@ -91,6 +99,7 @@ class StackCapturer:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._result: CaptureResult | None = None
+        self._pending_native = False  # the Python result is out; its native dump follows
         self._stop = threading.Event()
         self._running: dict[int, tuple[subprocess.Popen, str]] = {}  # py-spy runs: pid -> tag
 
@@ -107,7 +116,8 @@ class StackCapturer:
             return True
 
     def poll(self) -> CaptureResult | None:
-        """The finished result, once; None while running or after it was handed out."""
+        """The newest result not handed out yet (the Python dumps, then the same capture with
+        native frames), once each; None while running or after it was handed out."""
         with self._lock:
             result, self._result = self._result, None
             return result
@@ -134,18 +144,36 @@ class StackCapturer:
             signal_tagged(tag, signal.SIGKILL)
 
     def _background(self, procs: tuple[ProcInfo, ...]) -> None:
-        result = self.capture_now(procs)
+        result = self.capture_now(procs, publish=self._publish)
         with self._lock:
             self._result = result
+            self._pending_native = False
 
-    def capture_now(self, procs: Sequence[ProcInfo]) -> CaptureResult:
-        """Dump every Python process in `procs` twice, blocking; never raises."""
+    def _publish(self, result: CaptureResult) -> None:
+        with self._lock:
+            self._result = result
+            self._pending_native = True
+
+    def native_pending(self) -> bool:
+        """True between the Python result and the native one of the same capture."""
+        with self._lock:
+            return self._pending_native
+
+    def capture_now(
+        self,
+        procs: Sequence[ProcInfo],
+        publish: Callable[[CaptureResult], None] | None = None,
+    ) -> CaptureResult:
+        """Dump every Python process in `procs` twice (and once with native frames), blocking;
+        `publish` gets the Python-only result before the native dump starts. Never raises."""
         try:
-            return self._capture(procs)
+            return self._capture(procs, publish)
         except (OSError, ValueError, RuntimeError) as e:  # last line of defence: never raise
             return _empty("error", f"stack capture failed: {e}")
 
-    def _capture(self, procs: Sequence[ProcInfo]) -> CaptureResult:
+    def _capture(
+        self, procs: Sequence[ProcInfo], publish: Callable[[CaptureResult], None] | None
+    ) -> CaptureResult:
         exe = resolve_pyspy(self._pyspy)
         if exe is None:
             where = self._pyspy or "next to the watchdog's Python or on PATH"
@@ -154,13 +182,21 @@ class StackCapturer:
         if not targets:
             return _empty("error", "no Python processes in the server's tree to dump")
         self._overall_deadline = time.monotonic() + self._overall_s
-        dumps = [_PidDump(p, native=self._native) for p in targets]
+        dumps = [_PidDump(p, native=False) for p in targets]
         self._each(dumps, lambda d: self._first(exe, d))
         good = [d for d in dumps if d.kind == "ok"]
         wait = min(self._second_after_s, self._overall_deadline - time.monotonic())
         if good and wait >= 0 and self._second_after_s >= 0 and not self._stop.wait(wait):
             self._each(good, lambda d: self._second(exe, d))
-        return _assemble(dumps)
+        if not self._native or not good or self._stop.is_set():
+            return _assemble(dumps)
+        if publish is not None:
+            publish(_assemble(dumps))
+        # The native pass has its own deadlines: the Python result is already out.
+        self._overall_deadline = time.monotonic() + self._deadline_s
+        natives = [_PidDump(d.proc, native=True) for d in good]
+        self._each(natives, lambda n: self._native_dump(exe, n))
+        return _assemble(_with_native(dumps, natives))
 
     def _each(self, dumps: Sequence[_PidDump], work: Callable[[_PidDump], None]) -> None:
         """Every pid in parallel (at most max_parallel at once), each under its own deadline."""
@@ -179,6 +215,10 @@ class StackCapturer:
             ok = self._dump_json(exe, d, second=False)
         if ok:
             d.text = render_text(d.proc.pid, d.proc.title, d.raw_json)
+
+    def _native_dump(self, exe: str, n: _PidDump) -> None:
+        if self._dump_json(exe, n, second=False):
+            n.text = render_text(n.proc.pid, n.proc.title, n.raw_json)
 
     def _second(self, exe: str, d: _PidDump) -> None:
         later = _PidDump(d.proc, native=d.native, deadline=d.deadline)
@@ -267,6 +307,37 @@ class StackCapturer:
                 self._running.pop(proc.pid, None)
         signal_tagged(tag, signal.SIGKILL)  # a helper it left behind: nothing outlives a dump
         return proc.returncode, out or "", err or ""
+
+
+def _with_native(dumps: Sequence[_PidDump], natives: Sequence[_PidDump]) -> list[_PidDump]:
+    """The Python dumps, each given its native dump's frames where that dump worked: a thread
+    keeps `unchanged` while its Python frames in the native dump are still those of the two
+    Python dumps, and `held` for the outer Python frames all three share."""
+    by_pid = {n.proc.pid: n for n in natives}
+    out = []
+    for d in dumps:
+        n = by_pid.get(d.proc.pid)
+        if d.kind != "ok" or n is None:
+            out.append(d)
+        elif n.kind != "ok":
+            out.append(replace(d, native_failed=True))
+        else:
+            threads = tuple(_merge_thread(t, n.threads) for t in d.threads)
+            out.append(replace(d, threads=threads, raw_json=n.raw_json, text=n.text or d.text))
+    return out
+
+
+def _merge_thread(py: ThreadStack, native: Sequence[ThreadStack]) -> ThreadStack:
+    t = next((x for x in native if x.thread_id == py.thread_id), None)
+    if t is None:
+        return py
+    # py-spy gives a native frame its library as `module`; a Python frame has none.
+    python_part = [i for i, f in enumerate(t.frames) if not f.module]
+    same = tuple(t.frames[i] for i in python_part) == py.frames
+    shared = common_outer(py.frames, tuple(t.frames[i] for i in python_part))
+    held_py = min(py.held, shared)
+    held = len(t.frames) - python_part[len(python_part) - held_py] if held_py else 0
+    return replace(t, unchanged=py.unchanged and same, held=held, active=py.active)
 
 
 def _kill_group(proc: subprocess.Popen, tag: str) -> None:

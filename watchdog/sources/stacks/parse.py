@@ -128,13 +128,14 @@ def mark_unchanged(
         replace(
             t,
             unchanged=bool(t.frames) and later.get(t.thread_id) == t.frames,
-            held=_common_outer(t.frames, later.get(t.thread_id, ())),
+            held=common_outer(t.frames, later.get(t.thread_id, ())),
         )
         for t in first
     )
 
 
-def _common_outer(a: Sequence[Frame], b: Sequence[Frame]) -> int:
+def common_outer(a: Sequence[Frame], b: Sequence[Frame]) -> int:
+    """How many outermost frames (same function and file) `a` and `b` share."""
     n = 0
     for x, y in zip(reversed(a), reversed(b), strict=False):
         if (x.name, x.filename) != (y.name, y.filename):
