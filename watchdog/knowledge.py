@@ -8,10 +8,11 @@ no module reads knowledge on import or behind a cache.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from watchdog.core.openops import OpDef
+from watchdog.core.published import Published, load_published
 from watchdog.core.ranks import RankRules
 from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.engines.loader import EngineSet, load_engines
@@ -27,6 +28,9 @@ class Knowledge:
     engines: EngineSet
     packages: tuple[str, ...]  # every profile's distributions, then FlashInfer's and torch's
     modules: tuple[str, ...]  # engines' import packages, for a renamed distribution
+    # The registry's published versions and the commands fix lines may name (published.toml);
+    # empty when a bundle is built without it (nothing is then checked against it).
+    published: Published = field(default_factory=Published)
 
     @property
     def ops(self) -> tuple[OpDef, ...]:
@@ -37,14 +41,18 @@ class Knowledge:
         return self.signatures.ranks
 
     @classmethod
-    def of(cls, signatures: SignatureSet, engines: EngineSet) -> Knowledge:
+    def of(
+        cls, signatures: SignatureSet, engines: EngineSet, published: Published | None = None
+    ) -> Knowledge:
         """The bundle for already loaded signatures and engines (package lists derived)."""
-        return cls(signatures, engines, packages_for(engines), modules_for(engines))
+        pub = published if published is not None else Published()
+        return cls(signatures, engines, packages_for(engines), modules_for(engines), pub)
 
 
 def load_knowledge(
     signatures: Sequence[Path | str] = (), engines: Sequence[Path | str] = ()
 ) -> Knowledge:
     """The shipped knowledge plus the operator's files, merged as `load_signatures` and
-    `load_engines` merge them; SignatureError or EngineError (naming file, entry and key)."""
-    return Knowledge.of(load_signatures(signatures), load_engines(engines))
+    `load_engines` merge them, with the shipped published-versions record; SignatureError or
+    EngineError (naming file, entry and key)."""
+    return Knowledge.of(load_signatures(signatures), load_engines(engines), load_published())

@@ -91,6 +91,10 @@ class ServerSample:
     unanswered: int | None = None
     unanswered_oldest_s: float | None = None
     error: str | None = None
+    # /health failed only while our own /metrics scrape was in flight and answered when probed
+    # alone (sources/starvation.py): a note, never a failing health check; True while the
+    # scrape is backed off for it.
+    probe_starvation: bool = False
 
 
 @dataclass(frozen=True)

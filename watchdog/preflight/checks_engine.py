@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from watchdog.core.published import Published
 from watchdog.engines.profile import EngineProfile
+from watchdog.preflight.checks_cubins import cubin_fixes
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, passed, warned
 
@@ -16,6 +18,7 @@ def check_attention_path(
     server_args: Sequence[str],
     inv: GpuInventory,
     versions: Mapping[str, str | None] | None,
+    published: Published | None = None,
 ) -> CheckResult | None:
     """The attention backend the server would run and whether it needs TRTLLM-gen cubins."""
     if not profile.attention_flags:
@@ -46,7 +49,12 @@ def check_attention_path(
         )
     spelling = profile.fallbacks.get("disable_trtllm_attention")
     avoid = " ".join(spelling.args) if spelling is not None else ""
-    fixes = ["pip install flashinfer-cubin==<the FlashInfer version>"]
+    fi = (versions or {}).get("flashinfer-python")
+    fixes = (
+        cubin_fixes(fi, published)[:-1]
+        if fi
+        else ["install flashinfer-cubin of FlashInfer's version"]
+    )
     if avoid:
         fixes.append(f"or start with {avoid}")
     return warned(

@@ -39,8 +39,11 @@ DEFAULT_CUDA_ROOT = Path("/usr/local/cuda")
 _RELEASE = re.compile(r"release (\d+)\.(\d+)")
 _NVCC_FIXES = (
     "install the CUDA toolkit (nvcc) matching the GPUs and set CUDA_HOME to it",
-    "or install the prebuilt kernels: pip install flashinfer-cubin==<flashinfer version> "
-    "flashinfer-jit-cache==<flashinfer version> --extra-index-url https://flashinfer.ai/whl/<cuXXX>",
+    # The commands depend on what was published for this FlashInfer: the cubin_package and
+    # jit_cache_package checks name them (preflight/checks_cubins.py).
+    "or install FlashInfer's prebuilt kernels (flashinfer-cubin, flashinfer-jit-cache) as the "
+    "cubin_package and jit_cache_package "
+    "checks say",
 )
 
 

@@ -119,13 +119,15 @@ def run_checks(
         results.append(failed("known_bad", f"signature data: {kerr}", ["fix the file"]))
     if profile is not None and profile.attention_flags:
         trtllm = profile.trtllm_attention(opts.server_args)
-        attention = checks_engine.check_attention_path(profile, opts.server_args, inv, versions)
+        attention = checks_engine.check_attention_path(
+            profile, opts.server_args, inv, versions, knowledge.published if knowledge else None
+        )
         results += [attention] if attention is not None else []
     else:
         trtllm = trtllm_attention(opts.server_args, opts.environ)
     results += checks_versions.check_known_bad(known_bad, all_versions, inv, trtllm)
     results += _toolchain(opts, inv, versions)
-    results += _cubins(opts, versions)
+    results += _cubins(opts, versions, inv, knowledge)
     results += [
         checks_fabric.check_fabric(inv),
         checks_fabric.check_fabric_manager(inv, opts.environ, opts.systemd_root, opts.timeout_s),
@@ -152,10 +154,21 @@ def _toolchain(
     ]
 
 
-def _cubins(opts: PreflightOptions, versions: Mapping[str, str | None] | None) -> list[CheckResult]:
+def _cubins(
+    opts: PreflightOptions,
+    versions: Mapping[str, str | None] | None,
+    inv: GpuInventory,
+    knowledge: Knowledge | None,
+) -> list[CheckResult]:
+    """flashinfer-python vs flashinfer-cubin vs flashinfer-jit-cache, the local cubin store for
+    the GPUs' SM, and the download path; fixes name only releases that were published."""
+    pub = knowledge.published if knowledge is not None else None
+    env, timeout = opts.environ, opts.timeout_s
     return [
-        checks_cubins.check_cubin_package(versions, opts.environ),
-        checks_cubins.check_cubin_download(versions, opts.environ, opts.cdn_url, opts.timeout_s),
+        checks_cubins.check_cubin_package(versions, env, pub),
+        checks_cubins.check_jit_cache_package(versions, pub),
+        checks_cubins.check_cubin_store(versions, env, inv, pub),
+        checks_cubins.check_cubin_download(versions, env, opts.cdn_url, timeout, pub),
     ]
 
 

@@ -6,8 +6,12 @@ one-token generation that got no answer)."""
 from __future__ import annotations
 
 import http.client
+import logging
 import math
+import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -19,6 +23,7 @@ from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
 from watchdog.sources.httpget import BodyTooLarge, HttpGet
+from watchdog.sources.starvation import StarvationJudge
 from watchdog.sources.tcpdiag import DiagUnavailable, PendingRequest, unanswered
 
 # A server's own /metrics is well under a megabyte (a few hundred series, plus histograms); a
@@ -29,6 +34,10 @@ MAX_METRICS_BYTES = 32 << 20
 MAX_HEALTH_BYTES = 64 << 10
 # Series summed per sample name; more than this is not one server's page.
 MAX_SERIES = 4096
+log = logging.getLogger(__name__)
+# A failing /health that took at least this share of its deadline, while our /metrics scrape
+# was in flight, may be one our scrape starved (sources/starvation.py).
+STARVED_AFTER = 0.5
 _NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_:")
 
 
@@ -182,6 +191,7 @@ class ServerSource:
         base_url: str,
         *,
         client: HttpGet | None = None,
+        health_client: HttpGet | None = None,
         timeout_s: float = 2.0,
         engine: EngineRef,
     ) -> None:
@@ -194,6 +204,15 @@ class ServerSource:
         self.health = SourceHealth(self.name)
         self._owns_client = client is None
         self._client = client if client is not None else HttpGet(parts)
+        # /health has its own connection, thread and deadline: our probes never share a loop
+        # or a deadline, so one that is slow cannot make the other fail (sources/starvation.py).
+        self._owns_health = health_client is None
+        self._health_client = health_client if health_client is not None else HttpGet(parts)
+        self._pool: ThreadPoolExecutor | None = None  # started at the first poll, not here
+        self._health_end = 0.0
+        self._metrics_timed_out = False
+        self.starvation = StarvationJudge()
+        self._last_up = False
         # Until the engine is known, every profile's samples are looked for.
         self._unknown_samples = samples_of(engine.engines)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -207,14 +226,41 @@ class ServerSource:
         return scrape_deadline(self.timeout_s, 2)  # /metrics, then /health
 
     def poll(self, tick: SourceTick | None = None) -> ServerSample:
-        """One scrape of /metrics then /health (skipped when the server is unreachable)."""
+        """/metrics and /health, each on its own connection under its own deadline, at once."""
         profile = self._profile()
-        sample, reachable = self._scrape_metrics(profile)
-        health_status, timed_out = self._health_status(profile) if reachable else (None, False)
-        if sample.up:
-            self.health.ok()
-        else:
-            self.health.down(sample.error or "scrape failed")
+        scrape = self.starvation.scrape_now()
+        health_start = time.monotonic()
+        health = self._start_health(profile)
+        if scrape:
+            sample, reachable = self._scrape_metrics(profile)
+            metrics_end = time.monotonic()
+            self._last_up = sample.up
+        else:  # backed off (or checking a suspect): no counters this tick, not a failure
+            sample, reachable, metrics_end = ServerSample(up=self._last_up), True, 0.0
+        health_status, timed_out, health_end = self._await_health(health)
+        if scrape and not reachable and not timed_out:
+            health_status = None  # refused or reset: the server is not there to answer
+        failed = timed_out or (health_status is not None and health_status != 200)
+        # Starvation is slow: /health got no answer, or a failing one only after waiting at
+        # least STARVED_AFTER of its deadline, while our scrape was still in flight (a scrape
+        # past its own deadline was in flight the whole time). A quick 503 is the server's word.
+        slow = timed_out or health_end - health_start >= STARVED_AFTER * self.timeout_s
+        overlapped = scrape and slow and (self._metrics_timed_out or metrics_end >= health_end)
+        decision = self.starvation.judge(failed, overlapped, scrape)
+        if decision == "suspect":
+            health_status, timed_out = None, False  # held back: probed alone next tick
+        elif decision == "starved":
+            log.warning(
+                "%s/health failed only while our own /metrics scrape ran and answered alone: "
+                "probe starvation, not a hang; scraping every %d ticks",
+                self.base_url,
+                self.starvation.scrape_every,
+            )
+        if scrape:
+            if sample.up:
+                self.health.ok()
+            else:
+                self.health.down(sample.error or "scrape failed")
         meaning = profile.health_meaning(health_status) if profile is not None else None
         if timed_out and profile is not None:
             meaning = profile.health_no_answer
@@ -233,18 +279,34 @@ class ServerSource:
             if pending
             else None,
             error=sample.error,
+            probe_starvation=decision == "starved" or self.starvation.backing_off,
         )
+
+    def _start_health(self, profile: EngineProfile | None) -> Future[tuple[int | None, bool]]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="health-probe")
+        return self._pool.submit(self._health_status, profile)
+
+    def _await_health(self, fut: Future[tuple[int | None, bool]]) -> tuple[int | None, bool, float]:
+        """(status, timed_out, when it ended); HttpGet's own deadline bounds the wait."""
+        try:
+            status, timed_out = fut.result(timeout=self.timeout_s + 1.0)
+        except FutureTimeout:
+            status, timed_out = None, True
+        return status, timed_out, time.monotonic() if timed_out else self._health_end
 
     def _scrape_metrics(self, profile: EngineProfile | None) -> tuple[ServerSample, bool]:
         path = profile.metrics_path if profile is not None else "/metrics"
         url = f"{self.base_url}{path}"
         parser = MetricsParser(profile.samples if profile is not None else self._unknown_samples)
+        self._metrics_timed_out = False
         try:
             status = self._client.get(path, self.timeout_s, MAX_METRICS_BYTES, parser.feed)
             if status != 200:
                 return ServerSample(up=False, error=f"{url} answered HTTP {status}"), True
             return parser.close(), True
         except TimeoutError:
+            self._metrics_timed_out = True
             return ServerSample(
                 up=False, error=f"{url} timed out after {self.timeout_s:g} s"
             ), False
@@ -263,16 +325,23 @@ class ServerSource:
         # means is the profile's (recorded as health_meaning) and judged by classify().
         path = profile.health_path if profile is not None else "/health"
         try:
-            return self._client.get(path, self.timeout_s, MAX_HEALTH_BYTES), False
+            return self._health_client.get(path, self.timeout_s, MAX_HEALTH_BYTES), False
         except TimeoutError:
             return None, True
         except (OSError, http.client.HTTPException, BodyTooLarge):
             return None, False
+        finally:
+            self._health_end = time.monotonic()
 
     def close(self) -> None:
-        """Close the HTTP client if this source created it."""
+        """Close the HTTP clients this source created, and the health probe's thread."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
         if self._owns_client:
             self._client.close()
+        if self._owns_health:
+            self._health_client.close()
 
 
 def _why(exc: BaseException) -> str:
