@@ -101,8 +101,14 @@ def test_gpm_first_poll_uses_rates_then_gpm_from_the_answers() -> None:
     backend = replayed("h200", "spin")
     first, second, third = (backend.sample(0) for _ in range(3))
     assert (first.method, first.sm, first.dram) == ("utilization_rates", 1.0, 0.0)
-    assert (second.method, second.sm) == ("gpm", pytest.approx(0.996))
-    assert (third.power_w, third.power_limit_w, third.sm_clock_max_mhz) == (160.0, 700.0, 1980.0)
+    assert (second.method, second.sm) == ("gpm", 1.0)  # as recorded on the H200, 2026-12-04
+    assert second.dram is not None and second.dram < 0.0001
+    assert second.tensor is None  # recorded before the watchdog asked GPM for it
+    assert (third.power_w, third.power_limit_w, third.sm_clock_max_mhz) == (
+        pytest.approx(164.414),
+        700.0,
+        1980.0,
+    )
     assert third.pids == (SERVER_PID,)  # "CHILD" in the answers is the workload's PID
 
 
