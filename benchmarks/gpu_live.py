@@ -1,14 +1,17 @@
 """Live GPU proof: the watchdog judges a real spin, a memory-bound wait and an idle context.
 
-    python benchmarks/gpu_live.py [--out DIR] [--seconds 25] [--cases spin,memcopy,idle,nccl]
+    python benchmarks/gpu_live.py [--out DIR] [--seconds 25] [--cases spin,memcopy,...]
 
 On a machine with an NVIDIA GPU it starts each workload of benchmarks/gpu_live_child.py as a
 child it owns, runs `hang-watchdog diagnose --pid CHILD --gpu-source nvml --no-cdn-default`
 against it (and `run` with the exporter for the spin), reads NVML itself meanwhile (through
 the watchdog's own NvmlBackend, timing each poll and recording every answer), and prints one
 table row per case. Exit 0 only when every expectation holds; without a GPU it says so in one
-line and exits 0 having checked nothing. `--rehearse DIR` runs the same cases with CPU
-stand-ins and the `file:` GPU source fed from recorded NVML answers (tests/data/nvml/...).
+line and exits 0 having checked nothing. The `latency` case runs at the shipped thresholds and
+prints the time from the spin's onset to the verdict; at the end the daemon's RSS is printed
+beside a floor process (Python + pynvml + nvmlInit, benchmarks/rss_floor.py).
+`--rehearse DIR` runs the same cases with CPU stand-ins and the `file:` GPU source fed from
+recorded NVML answers (tests/data/nvml/...).
 Every child runs in its own process group and is stopped on exit, SIGINT or SIGTERM.
 """
 
@@ -30,6 +33,7 @@ sys.path.insert(0, str(HERE))  # the sibling modules, whatever the working direc
 
 import gpu_live_cases as cases  # noqa: E402
 from gpu_live_procs import Procs, find_pyspy, free_port, scrape  # noqa: E402
+from rss_floor import measure as measure_rss  # noqa: E402
 
 from watchdog.core.model import GpuSample  # noqa: E402
 from watchdog.sources.gpu.backend import GpuError  # noqa: E402
@@ -56,6 +60,7 @@ class Probe(threading.Thread):
     def run(self) -> None:
         try:
             count = self.backend.device_count()
+            self.backend.driver_version()  # so that a recording keeps it
             while not self._halt.is_set():
                 got = []
                 for i in range(count):
@@ -79,7 +84,10 @@ class Probe(threading.Thread):
 
 def _append_samples(path: Path, samples: list[GpuSample]) -> None:
     """The probe's samples as `file:` source lines (ratios, host PIDs, Unix time)."""
-    keys = ("uuid", "name", "cc", "power_w", "sm_clock_mhz", "power_limit_w", "sm_clock_max_mhz")
+    keys = (
+        "uuid", "name", "cc", "power_w", "sm_clock_mhz", "power_limit_w", "sm_clock_max_mhz",
+        "tensor",
+    )  # fmt: skip
     with path.open("a", encoding="utf-8") as fh:
         for g in samples:
             if g.sm is None:
@@ -108,10 +116,12 @@ class Session:
             module = RecordingNvml()
         return NvmlBackend(module=module), module
 
-    def watchdog(self, cmd: str, pid: int, log: Path, gpu_source: str, *extra: str) -> list[str]:
+    def watchdog(
+        self, cmd: str, pid: int, log: Path, gpu_source: str, *extra: str, shipped: bool = False
+    ) -> list[str]:
         base = self.args.watchdog.split() or [sys.executable, "-m", "watchdog"]
         argv = [*base, cmd, "--pid", str(pid), "--gpu-source", gpu_source, "--no-cdn-default"]
-        argv += ["--log-file", str(log), *TIMING, *extra]
+        argv += ["--log-file", str(log), *([] if shipped else TIMING), *extra]
         return argv + (["--pyspy", self.pyspy] if self.pyspy else [])
 
     def run_case(self, case: str) -> bool:
@@ -120,7 +130,9 @@ class Session:
         gpu_source = f"file:{gpu_file}" if gpu_file else "nvml"
         if self.args.rehearse and not (Path(self.args.rehearse) / f"{case}.json").is_file():
             return self.skip_or_fail(case, f"no recorded NVML answers {case}.json to rehearse")
-        child = self.procs.start_child(case, log, ready, cpu=bool(self.args.rehearse))
+        shipped = case in cases.SHIPPED_THRESHOLDS
+        extra = ["--serve-s", str(self.args.serve_s)] if case == "latency" else []
+        child = self.procs.start_child(case, log, ready, cpu=bool(self.args.rehearse), extra=extra)
         info = self.procs.wait_ready(child, ready, self.args.startup_s)
         if "error" in info:
             return self.skip_or_fail(case, info["error"])
@@ -132,7 +144,8 @@ class Session:
             return self.skip_or_fail(case, f"NVML probe: {exc}")
         probe = Probe(backend, gpu_file)
         probe.start()
-        verdict, why_none = self.diagnose(child.pid, log, gpu_source)
+        verdict, why_none = self.diagnose(child.pid, log, gpu_source, shipped)
+        judged_at = time.time()
         exporter = self.exporter(child.pid, log, gpu_source) if case == "spin" else None
         figures = probe.stop(child.pid).summary(child.pid)
         backend.shutdown()
@@ -142,13 +155,20 @@ class Session:
             ok, why = ok and exporter[0], f"{why}; exporter: {exporter[1]}"
         if probe.error:
             ok, why = False, f"{why}; NVML probe: {probe.error}"
+        if shipped:
+            onset = ready.with_name(ready.name + ".onset")
+            why = f"{why}; {cases.onset_to_verdict(onset, judged_at)}"
         self.record(case, figures, verdict, (ok, why), info, module)
         return ok
 
-    def diagnose(self, pid: int, log: Path, gpu_source: str) -> tuple[dict | None, str]:
-        argv = self.watchdog("diagnose", pid, log, gpu_source)
-        argv += ["--duration", str(self.args.seconds), "--until-hang", "--json"]
-        code, out, err = self.procs.run(argv, timeout_s=self.args.seconds + 60)
+    def diagnose(
+        self, pid: int, log: Path, gpu_source: str, shipped: bool = False
+    ) -> tuple[dict | None, str]:
+        argv = self.watchdog("diagnose", pid, log, gpu_source, shipped=shipped)
+        # At the shipped thresholds: the serving phase, then stall_after_s and gpu_spin_for_s.
+        seconds = self.args.seconds + (self.args.serve_s + 30 if shipped else 0)
+        argv += ["--duration", str(seconds), "--until-hang", "--json"]
+        code, out, err = self.procs.run(argv, timeout_s=seconds + 60)
         try:
             return json.loads(out), ""
         except json.JSONDecodeError:
@@ -214,7 +234,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "gpu-live-out"))
     p.add_argument("--seconds", type=float, default=25.0, help="diagnose duration per case")
     p.add_argument("--startup-s", type=float, default=120.0, help="wait for each workload")
-    p.add_argument("--cases", default="spin,memcopy,idle,nccl")
+    p.add_argument("--cases", default=",".join(c.name for c in cases.CASES))
+    p.add_argument("--serve-s", type=float, default=30.0, help="latency: serving before the spin")
+    p.add_argument("--no-rss", action="store_true", help="skip the RSS-above-floor figure")
     p.add_argument("--watchdog", default="", help="watchdog command (default: python -m watchdog)")
     p.add_argument("--rehearse", metavar="DIR", help="CPU stand-ins + recorded NVML answers")
     args = p.parse_args(argv)
@@ -248,6 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     print(cases.table(session.rows))
     (args.out / "gpu-live.json").write_text(json.dumps(session.results, indent=1, default=str))
     (args.out / "gpu-live.md").write_text(cases.table(session.rows) + "\n")
+    if not args.no_rss:  # printed, not judged: RSS above what any NVML reader pays
+        rss = measure_rss("nvml")
+        print(f"gpu_live: {rss.line()}")
+        (args.out / "rss.txt").write_text(rss.line() + "\n")
     mode = f"rehearsal with {args.rehearse}" if args.rehearse else "live NVML"
     print(f"gpu_live ({mode}): {sum(oks)}/{len(oks)} cases as expected; py-spy: "
           f"{session.pyspy or 'not found'}; results in {args.out}")  # fmt: skip

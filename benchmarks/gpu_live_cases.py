@@ -10,6 +10,7 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from watchdog.core.model import GpuSample
@@ -37,12 +38,27 @@ def _spin(v: Verdict) -> tuple[bool, str]:
     return True, "gpu_kernel_spin with the synchronize frame"
 
 
-def _not_spin(v: Verdict) -> tuple[bool, str]:
+def _spin_named(v: Verdict) -> tuple[bool, str]:
+    # At the shipped thresholds the verdict can come before the second stack dump
+    # (suspect_after_s 8 + stack_second_after_s 5): the frame is reported, not required.
+    if (v.get("state"), v.get("signature")) != ("hung", "gpu_kernel_spin"):
+        return False, f"wanted hung/gpu_kernel_spin, got {v.get('state')}/{v.get('signature')}"
+    frame = any(SYNC_FRAME.search(d) for d in _evidence(v, "stack"))
+    return True, f"gpu_kernel_spin ({'with' if frame else 'before'} the synchronize frame)"
+
+
+def _not_spin(v: Verdict, why: str = "DRAM was busy") -> tuple[bool, str]:
     if _evidence(v, "gpu_spin") or v.get("signature") == "gpu_kernel_spin":
-        return False, "judged a spin while DRAM was busy"
+        return False, f"judged a spin while {why}"
     if _is_hang(v):
         return False, f"a hang verdict: {v.get('signature')}"
     return True, f"not a spin ({v.get('state')})"
+
+
+def _compute_bound(v: Verdict) -> tuple[bool, str]:
+    # Zero-throughput stats lines with work running: a stall is allowed (nothing says progress),
+    # a spin is not (the power near the limit and the tensor pipes say the GPU computes).
+    return _not_spin(v, "the GPU computed near its power limit")
 
 
 def _idle(v: Verdict) -> tuple[bool, str]:
@@ -72,7 +88,13 @@ CASES: tuple[Case, ...] = (
     Case("memcopy", "not a spin (DRAM busy)", _not_spin),
     Case("idle", "idle (not a hang)", _idle),
     Case("nccl", "collective_hang", _collective, optional=True),
+    Case("l2matmul", "not a spin (compute-bound, L2-resident)", _compute_bound),
+    Case("spinfull", "hung: gpu_kernel_spin + synchronize frame", _spin),
+    Case("latency", "hung: gpu_kernel_spin after serving (shipped thresholds)", _spin_named),
 )
+# Cases judged at the shipped thresholds (the others at the kit's short TIMING): the time from
+# the spin's onset to the verdict is the figure they exist for.
+SHIPPED_THRESHOLDS = frozenset({"latency"})
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -81,6 +103,15 @@ def judge(case: str, verdict: Verdict | None) -> tuple[bool, str]:
     if verdict is None:
         return False, "no verdict"
     return BY_NAME[case].check(verdict)
+
+
+def onset_to_verdict(onset_file: Path, judged_at: float) -> str:
+    """How long after the spin's onset (the workload's own record) the verdict came."""
+    try:
+        onset = float(onset_file.read_text())
+    except (OSError, ValueError):
+        return "onset not recorded"
+    return f"onset to verdict {judged_at - onset:.1f} s"
 
 
 def exporter_ok(metrics_text: str, signature: str = "gpu_kernel_spin") -> tuple[bool, str]:

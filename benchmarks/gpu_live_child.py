@@ -4,7 +4,12 @@
 
 MODE: `spin` (a kernel that never returns, the host waiting in synchronize), `memcopy`
 (device-to-device copies keep DRAM busy, no progress printed), `idle` (a CUDA context, no
-work), `nccl` (two ranks; rank 0 waits in a barrier rank 1 never joins). Each writes one vLLM
+work), `nccl` (two ranks; rank 0 waits in a barrier rank 1 never joins), `l2matmul` (bf16
+matmuls 2048^3 back to back: operands stay in L2, so SM is high and DRAM ~0.03, a spin's
+shape, while the tensor cores work near the power limit), `spinfull` (a kernel polling a
+never-set volatile flag, 2 blocks x 1024 threads per SM), `latency` (serves matmuls with
+progress in its stats lines for --serve-s, then launches the spinfull kernel and writes the
+onset's Unix time to --ready + ".onset"). Each writes one vLLM
 stats line to --log (the engine's own format, vllm/v1/metrics/loggers.py LoggingStatLogger:
 `Running: 1 reqs` with zero throughput is work pending without progress; the idle one says
 `Running: 0 reqs`) every 2 s, writes --ready (JSON: pid, what it launched, or the error that stopped
@@ -40,6 +45,14 @@ extern "C" __global__ void spin_forever(volatile int* flag, long long* out) {
     if (threadIdx.x == 0) out[blockIdx.x] = t;
 }
 """
+# Full occupancy: every thread polls a volatile flag that is never set (2 blocks x 1024
+# threads per SM); each poll is an L2 hit, so DRAM stays ~0 and SM reads 1.00.
+POLL_SOURCE = r"""
+extern "C" __global__ void poll_forever(volatile int* flag, int* out) {
+    while (flag[0] == 0) { }
+    out[blockIdx.x] = 1;
+}
+"""
 # PyTorch-only fallback: a jiterator elementwise kernel that never leaves its loop.
 JITERATOR_SPIN = """
 template <typename T> T spin_forever(T x) {
@@ -49,12 +62,13 @@ template <typename T> T spin_forever(T x) {
 """
 
 
-def stats_line(running: int) -> str:
-    """One `Engine 000:` line as vLLM's LoggingStatLogger prints it, throughput zero."""
+def stats_line(running: int, gen_tps: float = 0.0) -> str:
+    """One `Engine 000:` line as vLLM's LoggingStatLogger prints it (throughput zero unless
+    given: a serving engine's line)."""
     stamp = time.strftime("%m-%d %H:%M:%S")
     return (
         f"(APIServer pid={os.getpid()}) INFO {stamp} [loggers.py:273] Engine 000: Avg prompt "
-        f"throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, Running: "
+        f"throughput: 0.0 tokens/s, Avg generation throughput: {gen_tps:.1f} tokens/s, Running: "
         f"{running} reqs, Waiting: 0 reqs, GPU KV cache usage: 0.7%, Prefix cache hit rate: 0.0%"
     )
 
@@ -71,18 +85,26 @@ def allow_any_tracer() -> None:
 def announce(args: argparse.Namespace, running: int, **info: Any) -> None:
     """Start the stats lines, then say what was launched (the ready file)."""
     threading.Thread(target=keep_logging, args=(args.log, running), daemon=True).start()
+    _ready(args, info)
+
+
+def _ready(args: argparse.Namespace, info: dict[str, Any]) -> None:
     tmp = Path(args.ready + ".tmp")
     tmp.write_text(json.dumps({"pid": os.getpid(), "mode": args.mode, **info}))
     os.replace(tmp, args.ready)
 
 
-def keep_logging(path: str, running: int, every_s: float = 2.0) -> None:
+def keep_logging(
+    path: str, running: int, every_s: float = 2.0, progress: threading.Event | None = None
+) -> None:
     """The stats line, again and again: vLLM's API server keeps printing it, with zero
     throughput, while the engine is stuck (vllm #48752), and the watchdog joins a log at its
-    end, so a line written before it attached would never be read."""
+    end, so a line written before it attached would never be read. While `progress` is set
+    the line carries generation throughput (a serving engine)."""
     while True:
+        tps = 850.0 if progress is not None and progress.is_set() else 0.0
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(stats_line(running) + "\n")
+            fh.write(stats_line(running, tps) + "\n")
         time.sleep(every_s)
 
 
@@ -126,6 +148,54 @@ def launch_spin() -> dict[str, Any]:
     fn = torch.cuda.jiterator._create_jit_fn(JITERATOR_SPIN)
     fn(torch.zeros(sms * 1024, device="cuda"))
     return {"kernel": f"PyTorch jiterator, {sms * 1024} threads", "sms": sms, "tried": tried}
+
+
+def launch_poll() -> dict[str, Any]:
+    """Start the flag-polling kernel at full occupancy (CuPy)."""
+    torch = _torch()
+    if torch is not None:
+        torch.zeros(1, device="cuda")  # one primary context for PyTorch and CuPy
+    import cupy
+
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    kernel = cupy.RawKernel(POLL_SOURCE, "poll_forever")
+    flag, out = cupy.zeros(1, dtype=cupy.int32), cupy.zeros(2 * sms, dtype=cupy.int32)
+    kernel((2 * sms,), (1024,), (flag, out))
+    return {"kernel": f"CuPy RawKernel flag poll, {2 * sms} blocks x 1024 threads", "sms": sms}
+
+
+def matmul_forever(size: int = 2048, until: float | None = None) -> None:
+    """bf16 matmuls back to back (2048^3: operands stay in an H200's 60 MB L2), until `until`."""
+    import torch
+
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    while until is None or time.time() < until:
+        for _ in range(50):
+            a @ b
+        torch.cuda.synchronize()
+
+
+def serve_then_spin(args: argparse.Namespace) -> None:
+    """Serve (matmuls, stats lines with throughput) for --serve-s, then spin; the onset's time
+    goes to READY.onset, written just before the kernel launches."""
+    progress = threading.Event()
+    progress.set()
+    threading.Thread(
+        target=keep_logging, args=(args.log, 1, 5.0, progress), daemon=True
+    ).start()  # every 5 s, as vLLM's default log_stats interval
+    info = {"kernel": f"matmuls for {args.serve_s:.0f} s, then a flag-polling kernel"}
+    _ready(args, info)
+    if args.cpu:
+        time.sleep(args.serve_s)
+    else:
+        matmul_forever(until=time.time() + args.serve_s)
+    progress.clear()
+    Path(args.ready + ".onset").write_text(f"{time.time():.3f}")
+    if args.cpu:
+        synchronize(cpu=True)
+    launch_poll()
+    wait_on_gpu()
 
 
 def wait_on_gpu() -> None:
@@ -207,6 +277,8 @@ def idle_forever() -> None:
         time.sleep(3600)
 
 
+MODES = ("spin", "memcopy", "idle", "nccl", "l2matmul", "spinfull", "latency")
+
 # -- modes --------------------------------------------------------------------------------------
 
 
@@ -222,6 +294,15 @@ def run_gpu(args: argparse.Namespace) -> int:
         elif args.mode == "idle":
             announce(args, 0, kernel=f"{hold_context()} context, no work")
             idle_forever()
+        elif args.mode == "l2matmul":
+            announce(args, 1, kernel="bf16 matmul 2048^3 back to back (operands in L2)")
+            matmul_forever()
+        elif args.mode == "spinfull":
+            info = launch_poll()
+            announce(args, 1, **info)
+            wait_on_gpu()
+        elif args.mode == "latency":
+            serve_then_spin(args)
     except Exception as exc:  # whatever CUDA, CuPy or PyTorch raised: reported as the reason
         return fail(args, f"{args.mode} could not start", exc)
     return 0
@@ -276,10 +357,13 @@ def _collect(proc: subprocess.Popen[str], into: list[str]) -> None:
 
 
 def run_cpu(args: argparse.Namespace) -> int:
-    if args.mode == "spin":
+    if args.mode == "latency":
+        serve_then_spin(args)  # blocks in synchronize() once "spinning"
+        return 0
+    if args.mode in ("spin", "spinfull"):
         announce(args, 1, kernel="CPU rehearsal: host waits in synchronize()")
         synchronize(cpu=True)
-    elif args.mode == "memcopy":
+    elif args.mode in ("memcopy", "l2matmul"):
         announce(args, 1, kernel="CPU rehearsal: no GPU work")
         idle_forever()
     else:
@@ -290,7 +374,8 @@ def run_cpu(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("mode", choices=("spin", "memcopy", "idle", "nccl", "nccl-rank"))
+    p.add_argument("mode", choices=(*MODES, "nccl-rank"))
+    p.add_argument("--serve-s", type=float, default=30.0, help="latency: serve this long first")
     p.add_argument("--log", required=True)
     p.add_argument("--ready", required=True)
     p.add_argument("--cpu", action="store_true", help="rehearse without a GPU")

@@ -45,9 +45,12 @@ class Procs:
         self._live.append(proc)
         return proc
 
-    def start_child(self, mode: str, log: Path, ready: Path, *, cpu: bool) -> subprocess.Popen:
+    def start_child(
+        self, mode: str, log: Path, ready: Path, *, cpu: bool, extra: Sequence[str] = ()
+    ) -> subprocess.Popen:
         argv = [sys.executable, str(CHILD), mode, "--log", str(log), "--ready", str(ready)]
-        return self.start(argv + (["--cpu"] if cpu else []), log.with_suffix(".stderr"))
+        argv += [*extra, *(["--cpu"] if cpu else [])]
+        return self.start(argv, log.with_suffix(".stderr"))
 
     def wait_ready(self, proc: subprocess.Popen[Any], ready: Path, timeout_s: float) -> dict:
         """The child's ready file, or an error saying why it never came."""

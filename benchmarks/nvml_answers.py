@@ -113,11 +113,19 @@ class RecordingNvml:
         return {"note": note, "driver": self.driver, "devices": devices}
 
 
+# GPM metric id -> its key in a recorded `nvmlGpmMetricsGet` answer.
+GPM_KEYS = {
+    pynvml.NVML_GPM_METRIC_SM_UTIL: "sm",
+    pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL: "dram",
+    pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL: "tensor",
+}
+
+
 def _gpm_values(mg: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for i in range(mg.numMetrics):
         m = mg.metrics[i]
-        key = "sm" if m.metricId == pynvml.NVML_GPM_METRIC_SM_UTIL else "dram"
+        key = GPM_KEYS.get(m.metricId, str(m.metricId))
         ok = m.nvmlReturn == pynvml.NVML_SUCCESS
         out[key] = float(m.value) if ok else {"error": _error_name(m.nvmlReturn)}
     return out
@@ -228,7 +236,9 @@ class ReplayNvml:
         values = self._answer(self._gpm_device, "nvmlGpmMetricsGet")
         for i in range(mg.numMetrics):
             m = mg.metrics[i]
-            got = values["sm" if m.metricId == pynvml.NVML_GPM_METRIC_SM_UTIL else "dram"]
+            # A metric the recording did not ask for (tensor, before the watchdog read it)
+            # answers as the driver does for a metric it lacks.
+            got = values.get(GPM_KEYS.get(m.metricId, ""), {"error": "NVML_ERROR_NOT_SUPPORTED"})
             if isinstance(got, dict):
                 m.value, m.nvmlReturn = 0.0, getattr(pynvml, got["error"])
             else:

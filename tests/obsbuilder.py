@@ -72,8 +72,11 @@ def gpu(
 
 
 def spin(cc: str = "9.0", procs: int | None = 1) -> GpuSample:
-    """The hang shape: SM busy, no memory traffic."""
-    return gpu(0.99, 0.0, cc=cc, procs=procs, name="NVIDIA GB300" if cc == "10.3" else "GPU")
+    """The hang shape: SM busy, no memory traffic, low power (spinning kernels drew 136-164 W
+    of an H200's 700 W limit; a compute-bound kernel draws near the limit and is no spin)."""
+    name = "NVIDIA GB300" if cc == "10.3" else "GPU"
+    g = gpu(0.99, 0.0, cc=cc, procs=procs, name=name)
+    return replace(g, power_w=140.0, power_limit_w=700.0)
 
 
 def procs(

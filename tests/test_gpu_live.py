@@ -35,15 +35,22 @@ SETS = ("h200", "nodram")
 CASES = ("spin", "memcopy", "idle")
 
 
-def replayed(answer_set: str, case: str) -> NvmlBackend:
-    backend = NvmlBackend(module=ReplayNvml.load(ANSWERS / answer_set / f"{case}.json", SERVER_PID))
+SPINS = ("spin", "spinfull", "latency")  # the workloads whose host waits in synchronize
+
+
+def replayed(answer_set: str, case: str, answers: dict[str, Any] | None = None) -> NvmlBackend:
+    path = ANSWERS / answer_set / f"{case}.json"
+    module = ReplayNvml(answers, SERVER_PID) if answers else ReplayNvml.load(path, SERVER_PID)
+    backend = NvmlBackend(module=module)
     backend.init()
     return backend
 
 
-def verdict_for(answer_set: str, case: str, seconds: int = 40) -> dict[str, Any]:
+def verdict_for(
+    answer_set: str, case: str, seconds: int = 40, answers: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What the watchdog concludes about the workload, one tick a second, as diagnose would."""
-    backend = replayed(answer_set, case)
+    backend = replayed(answer_set, case, answers)
     log = events([stats_line(0 if case == "idle" else 1)])  # the workload's own line, parsed
     window, sigs, th = Window(), load_signatures(), Thresholds()
     for t in range(seconds):
@@ -55,7 +62,7 @@ def verdict_for(answer_set: str, case: str, seconds: int = 40) -> dict[str, Any]
                 gpus=(backend.sample(0),),
                 logs=log if t % 2 == 0 else (),
                 procs=ProcSnapshot(SERVER_PID, True, (me,)),
-                stacks=(stack(*SYNC_STACK, pid=SERVER_PID),) if case == "spin" and t > 9 else (),
+                stacks=(stack(*SYNC_STACK, pid=SERVER_PID),) if case in SPINS and t > 9 else (),
             )
         )
     backend.shutdown()
@@ -67,6 +74,66 @@ def verdict_for(answer_set: str, case: str, seconds: int = 40) -> dict[str, Any]
 def test_recorded_answers_meet_the_scripts_expectation(answer_set: str, case: str) -> None:
     ok, why = cases.judge(case, verdict_for(answer_set, case))
     assert ok, why
+
+
+@pytest.mark.parametrize("case", ["l2matmul", "spinfull"])
+def test_the_kits_new_cases_meet_their_expectation(case: str) -> None:
+    ok, why = cases.judge(case, verdict_for("h200-kit", case))
+    assert ok, why
+
+
+@pytest.mark.parametrize(
+    ("case", "answers_of"), [("l2matmul", "spinfull"), ("spinfull", "l2matmul")]
+)
+def test_the_kits_new_cases_fail_on_the_wrong_figures(case: str, answers_of: str) -> None:
+    ok, why = cases.judge(case, verdict_for("h200-kit", answers_of))
+    assert not ok, why
+
+
+def l2matmul_at(sm: float, power_mw: int) -> dict[str, Any]:
+    """The L2-resident matmul's answers with its SM figure raised (a larger L2, a kernel with
+    higher occupancy) and no tensor figure: only power tells it from a spin."""
+    answers = json.loads((ANSWERS / "h200-kit" / "l2matmul.json").read_text())
+    for poll in answers["devices"][0]["polls"]:
+        poll["nvmlDeviceGetPowerUsage"] = power_mw
+        if "nvmlGpmMetricsGet" in poll:
+            poll["nvmlGpmMetricsGet"] = {"sm": sm * 100, "dram": 2.7}
+    return answers
+
+
+def test_an_l2_resident_matmul_above_the_sm_threshold_is_no_spin_by_its_power() -> None:
+    computing = verdict_for("h200-kit", "l2matmul", answers=l2matmul_at(0.95, 690000))
+    assert cases.judge("l2matmul", computing)[0], computing
+    spinning = verdict_for("h200-kit", "l2matmul", answers=l2matmul_at(0.95, 140000))
+    assert cases.judge("l2matmul", spinning) == (
+        False, "judged a spin while the GPU computed near its power limit"
+    )  # fmt: skip
+
+
+def test_latency_case_names_the_spin_at_the_shipped_thresholds(capsys: Any) -> None:
+    """Serving with progress (stats lines every 5 s), then the spin at tick 20: the verdict at
+    the shipped thresholds, and how long after the onset it came (printed, not asserted)."""
+    backend = replayed("h200-kit", "latency")
+    window, sigs, th = Window(), load_signatures(), Thresholds()
+    onset, named_at, v = 20, None, None
+    for t in range(90):
+        me = ProcInfo(SERVER_PID, 1, "python3", "gpu_live_child.py", 5.0 + t, None, "running")
+        log = events([stats_line(1, 850.0 if t < onset else 0.0)]) if t % 5 == 0 else ()
+        window.append(
+            Observation(
+                t=1000.0 + t, wall=1.7e9 + t, gpus=(backend.sample(0),), logs=log,
+                procs=ProcSnapshot(SERVER_PID, True, (me,)),
+                stacks=(stack(*SYNC_STACK, pid=SERVER_PID),) if t >= onset + 8 else (),
+            )
+        )  # fmt: skip
+        v = to_dict(classify(window, sigs, th))
+        if t < onset:
+            assert v["state"] != "hung", v  # serving is no hang
+        elif cases.judge("latency", v)[0]:
+            named_at = t
+            break
+    assert named_at is not None, v
+    print(f"latency (replayed, shipped thresholds): onset to verdict {named_at - onset} s")
 
 
 @pytest.mark.parametrize("answer_set", SETS)
@@ -101,8 +168,14 @@ def test_gpm_first_poll_uses_rates_then_gpm_from_the_answers() -> None:
     backend = replayed("h200", "spin")
     first, second, third = (backend.sample(0) for _ in range(3))
     assert (first.method, first.sm, first.dram) == ("utilization_rates", 1.0, 0.0)
-    assert (second.method, second.sm) == ("gpm", pytest.approx(0.996))
-    assert (third.power_w, third.power_limit_w, third.sm_clock_max_mhz) == (160.0, 700.0, 1980.0)
+    assert (second.method, second.sm) == ("gpm", 1.0)  # as recorded on the H200, 2026-12-04
+    assert second.dram is not None and second.dram < 0.0001
+    assert second.tensor is None  # recorded before the watchdog asked GPM for it
+    assert (third.power_w, third.power_limit_w, third.sm_clock_max_mhz) == (
+        pytest.approx(164.414),
+        700.0,
+        1980.0,
+    )
     assert third.pids == (SERVER_PID,)  # "CHILD" in the answers is the workload's PID
 
 
@@ -167,7 +240,10 @@ def test_without_a_gpu_it_says_so_in_one_line_and_exits_0(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_rehearsal_runs_every_case_through_the_real_watchdog(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = run_script("--rehearse", str(ANSWERS / "h200"), "--seconds", "20", "--out", str(out))
+    done = run_script(
+        "--rehearse", str(ANSWERS / "h200"), "--seconds", "20", "--out", str(out),
+        "--cases", "spin,memcopy,idle,nccl",
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     results = {r["case"]: r for r in json.loads((out / "gpu-live.json").read_text())}
     assert results["spin"]["verdict"]["signature"] == "gpu_kernel_spin"
@@ -176,7 +252,22 @@ def test_rehearsal_runs_every_case_through_the_real_watchdog(tmp_path: Path) -> 
     assert results["idle"]["verdict"]["state"] == "idle"
     assert results["nccl"]["skipped"] and "no recorded NVML answers" in results["nccl"]["why"]
     assert results["spin"]["nvml"]["child_in_process_list"] is True
-    assert "| spin | gpm | 1.00 | 0.00 | 160 (700) | 1980 (1980) |" in done.stdout
+    assert "| spin | gpm | 1.00 | 0.00 | 164 (700) | 1980 (1980) |" in done.stdout
+    assert "gpu_live: daemon RSS " in done.stdout and "above the floor" in done.stdout
+
+
+@pytest.mark.slow
+def test_rehearsal_of_the_new_cases_prints_onset_to_verdict(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_script(
+        "--rehearse", str(ANSWERS / "h200-kit"), "--cases", "l2matmul,spinfull,latency",
+        "--seconds", "20", "--serve-s", "20", "--no-rss", "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = {r["case"]: r for r in json.loads((out / "gpu-live.json").read_text())}
+    assert results["l2matmul"]["verdict"]["signature"] != "gpu_kernel_spin"
+    assert results["spinfull"]["verdict"]["signature"] == "gpu_kernel_spin"
+    assert "onset to verdict " in results["latency"]["why"], results["latency"]["why"]
 
 
 @pytest.mark.slow
@@ -185,7 +276,7 @@ def test_rehearsal_exits_1_when_an_expectation_fails(tmp_path: Path) -> None:
     answers.mkdir()
     (answers / "memcopy.json").write_text((ANSWERS / "nodram" / "spin.json").read_text())
     done = run_script(
-        "--rehearse", str(answers), "--cases", "memcopy", "--seconds", "20",
+        "--rehearse", str(answers), "--cases", "memcopy", "--seconds", "20", "--no-rss",
         "--out", str(tmp_path / "out"),
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr

@@ -23,8 +23,8 @@ class FakeNvml:
         self.gpus = gpus
         self.gpm = gpm
         self.rates = {i: (97, 3) for i in range(gpus)}  # percent: gpu, memory
-        self.gpm_values = {i: (99.0, 0.5) for i in range(gpus)}  # percent: SM, DRAM BW
-        self.gpm_returns = (pynvml.NVML_SUCCESS, pynvml.NVML_SUCCESS)
+        self.gpm_values = {i: (99.0, 0.5, 0.0) for i in range(gpus)}  # percent: SM, DRAM, tensor
+        self.gpm_returns = (pynvml.NVML_SUCCESS, pynvml.NVML_SUCCESS, pynvml.NVML_SUCCESS)
         self.errors: dict[str, Exception] = {}  # function name -> error it raises
         self.calls: dict[str, int] = {}
         self.freed = 0
@@ -114,10 +114,15 @@ class FakeNvml:
         self.freed += 1
 
     def nvmlGpmMetricsGet(self, mg: Any) -> Any:
-        assert mg.version == pynvml.NVML_GPM_METRICS_GET_VERSION and mg.numMetrics == 2
+        assert mg.version == pynvml.NVML_GPM_METRICS_GET_VERSION and mg.numMetrics == 3
+        ids = (
+            pynvml.NVML_GPM_METRIC_SM_UTIL,
+            pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+            pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+        )
         by_id = dict(
             zip(
-                (pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL),
+                ids,
                 zip(self.gpm_values[self._last_device], self.gpm_returns, strict=True),
                 strict=True,
             )
@@ -184,11 +189,24 @@ def test_gpm_unsupported_uses_utilization_rates(fake: FakeNvml) -> None:
 
 
 def test_gpm_metric_with_error_return_is_none(fake: FakeNvml) -> None:
-    fake.gpm_returns = (pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_SUPPORTED)
+    fake.gpm_returns = (
+        pynvml.NVML_SUCCESS,
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+    )
     backend = started()
     backend.sample(0)
     s = backend.sample(0)
     assert s.method == "gpm" and s.sm == pytest.approx(0.99) and s.dram is None
+    assert s.tensor is None
+
+
+def test_gpm_reads_tensor_activity_and_rates_have_none(fake: FakeNvml) -> None:
+    fake.gpm_values[0] = (96.0, 17.0, 93.0)  # bf16 matmul 8192^3 on an H200
+    backend = started()
+    assert backend.sample(0).tensor is None  # the first poll: utilisation rates, no tensor
+    s = backend.sample(0)
+    assert (s.sm, s.dram, s.tensor) == pytest.approx((0.96, 0.17, 0.93))
 
 
 def test_gpm_not_supported_mid_run_falls_back_for_good(fake: FakeNvml) -> None:

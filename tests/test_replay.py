@@ -145,11 +145,13 @@ def test_replay_stored_bundle_from_a_real_run() -> None:
     assert "HUNG  trtllm_attention_deadlock (confidence" in done.stdout
     changes = json.loads(replay(str(bundle), "--json").stdout)["changes"]
     # Same verdict; evidence may differ only in how a process title is shortened (the bundle
-    # predates cutting titles at a word boundary instead of mid-word).
+    # predates cutting titles at a word boundary instead of mid-word, and the power a spin's
+    # evidence now shows).
     assert not [c for c in changes if not c.startswith(("+ evidence:", "- evidence:"))], changes
 
     def untitled(change: str) -> str:
-        return re.sub(r"pid (\d+) \(.*?\) thread", r"pid \1 thread", change[2:])
+        change = re.sub(r"pid (\d+) \(.*?\) thread", r"pid \1 thread", change[2:])
+        return re.sub(r", power [^,]*? for (\d+ s)", r" for \1", change)
 
     added = sorted(untitled(c) for c in changes if c.startswith("+"))
     removed = sorted(untitled(c) for c in changes if c.startswith("-"))

@@ -116,9 +116,13 @@ def test_dram_figures_win_over_power_when_both_exist(sigs: SignatureSet) -> None
     # A DRAM-busy GPU at low power is real (memory-bound) work; DRAM is the better figure.
     pairs = run(sigs, gb10(22.0, dram=0.6))
     assert not any(v.is_hang for _, v in pairs)
-    v = run(sigs, gb10(300.0, dram=0.0))[-1][1]
+    # Above the no-DRAM power bound (0.30) but well below the limit: DRAM decides, a spin.
+    v = run(sigs, gb10(40.0, dram=0.0))[-1][1]
     detail = next(e.detail for e in v.evidence if e.kind == "gpu_spin")
     assert "DRAM 0.00" in detail and "judged by" not in detail
+    assert "power 40 W of its 100 W limit (0.40 <= 0.50: not compute-bound)" in detail
+    # Near the limit it computes, whatever DRAM says (tests/test_spin_computebound.py).
+    assert not any(v.is_hang for _, v in run(sigs, gb10(95.0, dram=0.0)))
 
 
 def test_spin_thresholds_follow_the_config(sigs: SignatureSet) -> None:
@@ -128,7 +132,10 @@ def test_spin_thresholds_follow_the_config(sigs: SignatureSet) -> None:
     assert not any(v.is_hang for _, v in verdicts(tl.obs, sigs, th))
 
 
-@pytest.mark.parametrize("key", ["gpu_spin_power_ratio", "gpu_spin_clock_ratio"])
+@pytest.mark.parametrize(
+    "key",
+    ["gpu_spin_power_ratio", "gpu_spin_clock_ratio", "gpu_spin_power_max_ratio", "gpu_spin_tensor"],
+)
 def test_spin_ratio_keys_refuse_values_above_one(key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         build_config({key: 30})

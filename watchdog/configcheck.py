@@ -20,6 +20,8 @@ def cross_check(cfg: Config, origin: str) -> None:
         "gpu_busy_dram",
         "gpu_spin_power_ratio",
         "gpu_spin_clock_ratio",
+        "gpu_spin_power_max_ratio",
+        "gpu_spin_tensor",
         "remediate_min_confidence",
     )
     for key in ratios:

@@ -95,6 +95,18 @@ class Config:
         "not a spin",
         lo=0,
     )
+    gpu_spin_power_max_ratio: float = _f(
+        0.5,
+        "whatever the DRAM figure: power draw / enforced power limit above which a busy GPU is "
+        "computing, never spinning (H200: spins drew 0.19-0.23 of the limit, matmuls 0.9-0.99)",
+        lo=0,
+    )
+    gpu_spin_tensor: float = _f(
+        0.1,
+        "tensor-core activity ratio above which a busy GPU is computing, never spinning "
+        "(where GPM or DCGM reports it)",
+        lo=0,
+    )
     # fleet (docs/fleet.md)
     deployment: str = _f(
         "",

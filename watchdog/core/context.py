@@ -31,6 +31,8 @@ class Thresholds:
     gpu_busy_dram: float = 0.15
     gpu_spin_power_ratio: float = 0.3
     gpu_spin_clock_ratio: float = 0.5
+    gpu_spin_power_max_ratio: float = 0.5
+    gpu_spin_tensor: float = 0.1
 
     @classmethod
     def from_config(cls, cfg: object) -> Thresholds:
@@ -164,11 +166,12 @@ class Context:
 
 
 def _memory(g: GpuSample) -> str:
-    """DRAM, or what stands in for it where none is measured (the power-judged spin)."""
-    if g.dram is not None:
-        return f"DRAM {g.dram:.2f}"
+    """DRAM and power: what kept a busy GPU from being called a spin (core/spinsignals.py)."""
     power = "power unknown"
     if g.power_w is not None:
         limit = f" of {g.power_limit_w:.0f} W" if g.power_limit_w else " (limit unknown)"
         power = f"power {g.power_w:.0f} W{limit}"
-    return f"no DRAM figures, {power}"
+    tensor = "" if g.tensor is None else f", tensor {g.tensor:.2f}"
+    if g.dram is not None:
+        return f"DRAM {g.dram:.2f}, {power}{tensor}"
+    return f"no DRAM figures, {power}{tensor}"

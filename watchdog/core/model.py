@@ -49,6 +49,9 @@ class GpuSample:
     # sm_clock_mhz they judge a spin where no DRAM figure exists (GB10, GeForce without GPM).
     power_limit_w: float | None = None
     sm_clock_max_mhz: float | None = None
+    # Tensor-core activity, ratio 0-1 (GPM ANY_TENSOR_UTIL, DCGM PIPE_TENSOR_ACTIVE): a kernel
+    # issuing MMAs is computing, whatever its DRAM figure says. None where not reported.
+    tensor: float | None = None
 
 
 @dataclass(frozen=True)

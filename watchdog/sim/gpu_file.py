@@ -1,8 +1,8 @@
 """Writes the simulated GPU's samples as JSON Lines, the `file:` GPU backend's input format.
 
-One line per GPU per tick: `{"ts", "gpu", "sm", "dram", "power_w", "procs", "pids", "uuid",
-"name", "cc", "sm_clock_mhz"}`. The profile names the shape NVML would show (loading,
-busy, spin = the GB300 deadlock's 99 % SM / 0 % DRAM, idle, gone = no compute process).
+One line per GPU per tick: `{"ts", "gpu", "sm", "dram", "power_w", "power_limit_w", "procs",
+"pids", "uuid", "name", "cc", "sm_clock_mhz"}`. The profile names the shape NVML would show
+(loading, busy, spin = the GB300 deadlock's 99 % SM / 0 % DRAM, idle, gone = no compute process).
 """
 
 from __future__ import annotations
@@ -15,10 +15,14 @@ import time
 from collections.abc import Callable, Sequence
 
 # (sm, dram, power_w) ranges per profile; spin matches flashinfer #2939 ("99% SM, 0% memory").
+# Its power is what spinning kernels drew on a real H200, 0.19-0.23 of the board limit (136-164 W
+# of 700 W): a kernel that never returns draws little, and the watchdog's compute-bound check
+# (gpu_spin_power_max_ratio) rejects a "spin" drawing near the limit.
+POWER_LIMIT_W = 1400.0  # GB300's board power limit, the simulated GPU's
 PROFILES: dict[str, tuple[tuple[float, float], tuple[float, float], tuple[float, float]]] = {
     "loading": ((0.04, 0.06), (0.01, 0.03), (180.0, 220.0)),
     "busy": ((0.70, 0.90), (0.40, 0.70), (700.0, 900.0)),
-    "spin": ((0.99, 0.99), (0.0, 0.0), (650.0, 650.0)),
+    "spin": ((0.99, 0.99), (0.0, 0.0), (0.19 * POWER_LIMIT_W, 0.23 * POWER_LIMIT_W)),
     "idle": ((0.0, 0.0), (0.0, 0.0), (150.0, 160.0)),
     "gone": ((0.0, 0.0), (0.0, 0.0), (120.0, 130.0)),
 }
@@ -61,6 +65,7 @@ class GpuFileWriter:
             "sm": round(self._rng.uniform(*sm_r), 3),
             "dram": round(self._rng.uniform(*dram_r), 3),
             "power_w": round(self._rng.uniform(*power_r), 1),
+            "power_limit_w": POWER_LIMIT_W,
             "procs": len(pids),
             "pids": pids,
             "uuid": f"GPU-sim-{gpu}",

@@ -26,7 +26,8 @@ SM_DEV = "DCGM_FI_DEV_GPU_UTIL"
 DRAM_DEV = "DCGM_FI_DEV_MEM_COPY_UTIL"
 POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
 SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # MHz
-WANTED = frozenset({SM_PROF, DRAM_PROF, SM_DEV, DRAM_DEV, POWER, SM_CLOCK})
+TENSOR_PROF = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"  # ratio; in etc/dcp-metrics-included.csv
+WANTED = frozenset({SM_PROF, DRAM_PROF, SM_DEV, DRAM_DEV, POWER, SM_CLOCK, TENSOR_PROF})
 
 # DCGM reports "no value" as large sentinels (DCGM_INT32_BLANK 0x7ffffff0, DCGM_INT64_BLANK
 # 0x7ffffffffffffff0, DCGM_FP64_BLANK 2**47, from dcgm_structs.h; UNVERIFIED against a
@@ -78,6 +79,7 @@ def _sample(index: int, values: dict[str, float], labels: dict[str, str]) -> Gpu
         dram=_unit(dram),
         power_w=_clean(values.get(POWER)),
         sm_clock_mhz=_clean(values.get(SM_CLOCK)),
+        tensor=_unit(_clean(values.get(TENSOR_PROF))),
         method="dcgm_prof" if sm_prof is not None else "dcgm_dev",
     )
 

@@ -218,6 +218,7 @@ def parse_line(text: bytes | str) -> tuple[GpuSample, float | None]:
     # `"dram": null` says the collector has no DRAM figure (GB10, GeForce without GPM); the
     # spin is then judged by power. A missing key is still an error: it is usually a typo.
     dram = None if "dram" in obj and obj["dram"] is None else _ratio(obj, "dram")
+    tensor = None if obj.get("tensor") is None else _ratio(obj, "tensor")  # optional
     extra: dict[str, Any] = {}
     for key in _OPTIONAL_NUMBERS:
         extra[key] = _optional(obj, key, _is_number, "a number")
@@ -232,6 +233,7 @@ def parse_line(text: bytes | str) -> tuple[GpuSample, float | None]:
         dram=dram,
         procs=procs if procs is not None else (len(pids) if pids is not None else None),
         pids=tuple(pids or ()),
+        tensor=tensor,
         method="file",
         **extra,
     )
