@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
+from typing import Any
 
 from watchdog.core.tomlcheck import read_toml
 
@@ -158,9 +159,9 @@ SIGNALS = frozenset({"compilers", "socket_bytes"})
 LEASE_STATES = frozenset({"loading", "compiling"})
 
 
-def _lease_fields(e: dict[str, object]) -> dict[str, object]:
+def _lease_fields(e: dict[str, Any]) -> dict[str, Any]:
     """The lease keys of one op entry, checked; TypeError names the bad one."""
-    out: dict[str, object] = {}
+    out: dict[str, Any] = {}
     for key in ("bound_s", "quiet_s"):
         v = e.get(key)
         if v is not None:
