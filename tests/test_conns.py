@@ -281,3 +281,47 @@ def test_unreadable_socket_tables_fall_back_to_the_process_walk(connected_child:
         assert counting.lookups == 1
     finally:
         source.close()
+
+
+def test_bytes_received_read_from_tcp_info(
+    silent_listener: tuple[int, list[socket.socket]], connected_child: Any
+) -> None:
+    """A CDN socket carries the kernel's count of bytes it received (tcp_info over
+    NETLINK_SOCK_DIAG): a trickle shows as a count that grows between ticks."""
+    child, port = connected_child
+    _, accepted = silent_listener
+    src = ConnSource(CdnHosts([f"127.0.0.1:{port}"], default=None), Resolver())
+    try:
+        first = src.connections([child.pid])
+        if first and first[0].bytes_received is None:
+            pytest.skip("sock_diag tcp_info not available here")
+        assert [c.bytes_received for c in first] == [0]
+        deadline = time.monotonic() + 5
+        while not accepted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        accepted[0].sendall(b"x" * 1234)
+        deadline = time.monotonic() + 5
+        got: list[int | None] = []
+        while time.monotonic() < deadline:
+            got = [c.bytes_received for c in src.connections([child.pid])]
+            if got == [1234]:
+                break
+            time.sleep(0.02)
+        assert got == [1234]
+    finally:
+        src.close()
+
+
+def test_bytes_received_none_when_sock_diag_fails(connected_child: Any) -> None:
+    from watchdog.sources.tcpdiag import DiagUnavailable
+
+    def broken() -> dict[tuple[int, int], int]:
+        raise DiagUnavailable("no netlink here")
+
+    child, port = connected_child
+    src = ConnSource(CdnHosts([f"127.0.0.1:{port}"], default=None), Resolver(), received=broken)
+    try:
+        assert [c.bytes_received for c in src.connections([child.pid])] == [None]
+        assert src.health.up
+    finally:
+        src.close()

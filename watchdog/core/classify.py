@@ -9,6 +9,7 @@ from __future__ import annotations
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, HELD, SOURCE, UNCHANGED
 from watchdog.core.genericlive import with_generic
+from watchdog.core.leases import Lease
 from watchdog.core.model import Evidence, Observation, Verdict
 from watchdog.core.openops import open_operations, stuck_cause
 from watchdog.core.rankprogress import describe_progress, rank_progress
@@ -38,7 +39,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     obs = window.latest
     if obs is None:
         return Verdict(state="starting", reason="no observations yet")
-    ctx = Context(window, obs, th)
+    ctx = Context(window, obs, th, sigs.ops)
     stall = ctx.stall
     ranks = _ranks(ctx, sigs)
     progress = rank_progress(window, th.gpu_busy_dram)
@@ -111,7 +112,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
             + "; ".join(e.detail for e in ev if e.kind != "no_progress")
         )
     if state == "stalled":
-        named = _open_operation(ctx, sigs)
+        named = _open_operation(ctx, sigs) or _wedged(ctx)
         if named is not None:
             return Verdict(**named, **common)  # type: ignore[arg-type]
     evidence: tuple[Evidence, ...] = ()
@@ -210,6 +211,13 @@ def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
         return "dead", "no server process found: nothing matches the target (yet)"
     if ctx.gone:
         return "dead", "the server process is gone"
+    lease = stall.lease or _progressing(ctx)
+    if lease is not None:
+        # A known long operation showing progress of its own: reported, never a hang.
+        now = ctx.obs.t
+        if lease.crawling(now):
+            return "crawling", f"crawling: {lease.describe(now)}"
+        return lease.op.state, lease.describe(now)
     if ctx.obs.procs is not None and ctx.obs.procs.compilers:
         return "compiling", f"compiler processes running: {', '.join(ctx.obs.procs.compilers)}"
     if stall.stalled:
@@ -234,6 +242,37 @@ def _benign_state(ctx: Context, sigs: SignatureSet) -> tuple[str, str]:
             )
         return "serving", f"{stall.detail}; below the stall threshold"
     return "idle", "no work pending"
+
+
+def _progressing(ctx: Context) -> Lease | None:
+    """A leased operation past its bound and still progressing (crawling), looked for only
+    while no stall is measured and something is open (a phase before ready, a CDN socket)."""
+    if ctx.stall.stalled or (ctx.window.progress.phase == "ready" and not ctx.obs.conns):
+        return None
+    now = ctx.obs.t
+    return next((le for le in ctx.leases if le.crawling(now)), None)
+
+
+def _wedged(ctx: Context) -> dict[str, object] | None:
+    """A stall inside a known long operation that stopped showing progress of its own, when
+    no signature names its cause: the hang, named by the operation."""
+    lapsed = ctx.stall.lapsed
+    if lapsed is None:
+        return None
+    quiet = lapsed.op.quiet_s or 0.0
+    line = (
+        f"wedged: {lapsed.op.what} showed no progress of its own for "
+        f"{ctx.obs.t - lapsed.last_t:.0f} s (its bound: {quiet:.0f} s)"
+    )
+    evidence = (
+        (
+            Evidence("log", "wedged", f"{line}; {lapsed.describe(ctx.obs.t)}", 0.3),
+            Evidence("progress", "no_progress", ctx.stall.detail, 0.2),
+        )
+        + ctx.gpu_figures()
+        + ctx.capture_problems()
+    )
+    return {"state": "stalled", "reason": line, "evidence": evidence, "fix": STALLED_FIX}
 
 
 def _open_operation(ctx: Context, sigs: SignatureSet) -> dict[str, object] | None:

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from watchdog.core.divergence import divergence
+from watchdog.core.leases import Lease, leases
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Evidence, GpuSample, Observation, StackSample
+from watchdog.core.openops import OpDef
 from watchdog.core.sigmodel import Signature
 from watchdog.core.window import Window
 
@@ -58,13 +60,19 @@ class Stall:
     # proven_after_s reached (not busy): a cause that evidence proves is named from now on;
     # how soon depends on the proof, not on the unproven soft stage at stall_after_s.
     provable: bool = False
+    # A known long operation that shows progress of its own holds the stall off (core/
+    # leases.py): `lease` is the one that does now; `lapsed`, one that stopped showing any.
+    lease: Lease | None = None
+    lapsed: Lease | None = None
 
 
 class Context:
     """Derived, cached views of the window for one classification."""
 
-    def __init__(self, window: Window, obs: Observation, th: Thresholds) -> None:
-        self.window, self.obs, self.th = window, obs, th
+    def __init__(
+        self, window: Window, obs: Observation, th: Thresholds, ops: tuple[OpDef, ...] = ()
+    ) -> None:
+        self.window, self.obs, self.th, self.ops = window, obs, th, ops
         self.gone = obs.procs is not None and not obs.procs.alive
         self.has_gpu = any(g.sm is not None for g in obs.gpus)
         self.stall = self._stall()
@@ -79,14 +87,30 @@ class Context:
             # the gauges say (TensorRT-LLM and SGLang write theirs after a batch returns).
             # Only while serving: CUDA-graph capture and warm-up spin the GPU on purpose.
             spun = self._spin_since() if p.phase == "ready" else None
-            if spun is None or now - spun < self.th.gpu_spin_for_s:
+            lapsed = self._lapsed() if spun is None else None
+            if lapsed is not None:
+                # A known operation open with no progress of its own for its bound is work in
+                # flight that does not move, whatever phase the server is in.
+                why = f"{lapsed.op.what} open with no progress of its own"
+                pending_since, witnesses = lapsed.last_t, (why,)
+            elif spun is None or now - spun < self.th.gpu_spin_for_s:
                 return Stall(False, None, False, False, False, "no work pending")
-            why = "a GPU busy without memory traffic, with compute processes on it"
-            pending_since, witnesses = spun, (why,)
+            else:
+                why = "a GPU busy without memory traffic, with compute processes on it"
+                pending_since, witnesses = spun, (why,)
         since = max(
             t for t in (p.last_progress_t, pending_since, self.window_start()) if t is not None
         )
         secs = max(0.0, now - since)
+        held = self._held(now, secs)
+        if held is not None and held[0] is not None:
+            lease = held[0]
+            detail = f"{why}, held by a lease: {lease.describe(now)}"
+            return Stall(True, secs, False, False, False, detail, witnesses=witnesses, lease=lease)
+        lapsed = held[1] if held is not None else None
+        if lapsed is not None:
+            # The stall clock runs from the last progress the operation showed.
+            secs = max(0.0, now - max(since, lapsed.last_t))
         busy = self._gpu_busy(now - self.th.stall_after_s)
         limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
         detail = f"no progress for {secs:.0f} s with {why}"
@@ -96,7 +120,37 @@ class Context:
         suspicious = secs >= self.th.suspect_after_s and not busy
         due = secs >= self.th.stall_after_s and not busy
         provable = secs >= min(self.th.proven_after_s, self.th.stall_after_s) and not busy
-        return Stall(True, secs, stalled, suspicious, busy, detail, due, witnesses, provable)
+        return Stall(
+            True, secs, stalled, suspicious, busy, detail, due, witnesses, provable, None, lapsed
+        )
+
+    @cached_property
+    def leases(self) -> tuple[Lease, ...]:
+        """The known long operations open now (core/leases.py) that the server has not moved
+        past: one that showed no progress of its own since the server's last progress is
+        not what holds it up (the rule `progress_after` applies to a replayed log)."""
+        last = self.window.progress.last_progress_t
+        found = leases(self.window, self.ops)
+        return tuple(le for le in found if last is None or le.last_t >= last)
+
+    def _lapsed(self) -> Lease | None:
+        """With no other witness of work: an operation whose lease lapsed. Looked for only
+        before the server is ready or while it holds a CDN socket (the cost of a scan)."""
+        if not self.ops or (self.window.progress.phase == "ready" and not self.obs.conns):
+            return None
+        now = self.obs.t
+        return next((le for le in self.leases if le.lapsed(now)), None)
+
+    def _held(self, now: float, secs: float) -> tuple[Lease | None, Lease | None] | None:
+        """(the lease holding the stall off, a lapsed one), looked for only once the stall
+        would be suspicious; None before then."""
+        if not self.ops or secs < self.th.suspect_after_s:
+            return None
+        holding = [le for le in self.leases if le.holds(now)]
+        if holding:
+            return max(holding, key=lambda le: le.last_t), None
+        lapsed = [le for le in self.leases if le.lapsed(now)]
+        return None, (max(lapsed, key=lambda le: le.last_t) if lapsed else None)
 
     def _spin_since(self) -> float | None:
         """When the newest unbroken run of spin-shaped samples on some GPU began, or None."""

@@ -21,6 +21,7 @@ STATES: tuple[str, ...] = (
     "compiling",
     "idle",
     "serving",
+    "crawling",  # a known long operation progressing slower than its bound (core/leases.py)
     "stalled",
     "hung",
     "dead",
@@ -137,6 +138,8 @@ class Connection:
     port: int
     state: str  # psutil's CONN_* name, e.g. "ESTABLISHED", "SYN_SENT"
     age_s: float  # how long the watchdog has seen this socket
+    # tcp_info's tcpi_bytes_received (NETLINK_SOCK_DIAG); None when the kernel did not say
+    bytes_received: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
+from typing import Any
 
 from watchdog.core.tomlcheck import read_toml
 
@@ -30,6 +31,15 @@ class OpDef:
     signature: str
     note: str
     behind_signature: str = ""
+    # The lease (core/leases.py): how long the operation normally takes at most (`bound_s`),
+    # the longest it may go without progress of its own (`quiet_s`), its own progress lines,
+    # the other signs of progress it shows ("compilers", "socket_bytes") and the benign state
+    # it holds while it progresses. No `quiet_s`: it holds no lease.
+    bound_s: float | None = None
+    quiet_s: float | None = None
+    progress: re.Pattern[str] | None = None
+    signals: tuple[str, ...] = ()
+    state: str = "compiling"
 
 
 @dataclass(frozen=True)
@@ -109,7 +119,8 @@ def _stamp(line: str) -> tuple[str, float, int] | None:
     return None
 
 
-def _who(line: str) -> str:
+def who_of(line: str) -> str:
+    """The process or rank a log line names ("" when none)."""
     for pattern in _WHO:
         m = pattern.match(line)
         if m is not None:
@@ -136,11 +147,38 @@ def load_ops(text: str | None = None) -> tuple[OpDef, ...]:
                     signature=str(e.get("signature") or ""),
                     note=str(e.get("note") or ""),
                     behind_signature=str(e.get("behind_signature") or ""),
+                    **_lease_fields(e),
                 )
             )
         except (KeyError, TypeError, re.error) as exc:
             raise ValueError(f"openops.toml: op[{i}]: {exc}") from exc
     return tuple(out)
+
+
+SIGNALS = frozenset({"compilers", "socket_bytes"})
+LEASE_STATES = frozenset({"loading", "compiling"})
+
+
+def _lease_fields(e: dict[str, Any]) -> dict[str, Any]:
+    """The lease keys of one op entry, checked; TypeError names the bad one."""
+    out: dict[str, Any] = {}
+    for key in ("bound_s", "quiet_s"):
+        v = e.get(key)
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise TypeError(f"key {key!r}: must be a positive number of seconds, got {v!r}")
+            out[key] = float(v)
+    if e.get("progress"):
+        out["progress"] = re.compile(str(e["progress"]))
+    signals = e.get("signals") or []
+    if not isinstance(signals, list) or not set(map(str, signals)) <= SIGNALS:
+        raise TypeError(f"key 'signals': must be a list of {sorted(SIGNALS)}, got {signals!r}")
+    out["signals"] = tuple(str(x) for x in signals)
+    state = str(e.get("state") or "compiling")
+    if state not in LEASE_STATES:
+        raise TypeError(f"key 'state': must be one of {sorted(LEASE_STATES)}, got {state!r}")
+    out["state"] = state
+    return out
 
 
 _UNNAMED = re.compile(r"\(\?P<\w+>")  # named groups repeat across ops: drop their names
@@ -157,7 +195,7 @@ def keep_pattern(ops: Sequence[OpDef]) -> re.Pattern[str] | None:
     pats = [
         _UNNAMED.sub("(?:", p.pattern)
         for op in ops
-        for p in (op.start, op.end, op.fail)
+        for p in (op.start, op.end, op.fail, op.progress)
         if p is not None
     ]
     return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
@@ -203,12 +241,12 @@ def operations_in(
         for op in ops:
             m = op.end.search(line) or (op.fail.search(line) if op.fail is not None else None)
             if m is not None:
-                who = _who(line) if who is None else who
+                who = who_of(line) if who is None else who
                 _close(started, by_op.get(id(op)), m, who)
                 finished.setdefault(op.id, set()).add(who)
             m = op.start.search(line)
             if m is not None:
-                who = _who(line) if who is None else who
+                who = who_of(line) if who is None else who
                 number += 1
                 started[number] = (op, i, who, (m.groupdict().get("key") or ""), line)
                 by_op.setdefault(id(op), []).append(number)

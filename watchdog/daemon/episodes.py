@@ -29,7 +29,7 @@ CAPTURE_BACKOFF_MAX_S = 60.0
 # the blind limit with one unlucky pair of dumps in hand; a few per episode, spaced out.
 RECAPTURE_AFTER_S = 10.0
 MAX_CAPTURES = 4
-HEALTHY_STATES = frozenset({"serving", "idle", "loading", "compiling", "starting"})
+HEALTHY_STATES = frozenset({"serving", "idle", "loading", "compiling", "starting", "crawling"})
 
 
 @dataclass

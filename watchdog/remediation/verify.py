@@ -18,7 +18,7 @@ from watchdog.core.model import Observation, Verdict
 from watchdog.core.window import Progress
 
 SMOKE_PROMPT = "Reply with one word: ok"
-UP_STATES = frozenset({"starting", "loading", "compiling", "idle", "serving"})
+UP_STATES = frozenset({"starting", "loading", "compiling", "idle", "serving", "crawling"})
 # "Ready and idle" counts only once idle has held this long: a restarted server goes idle for a
 # tick between its ready line and its clients' first requests, and a verdict of `recovered` then
 # would be said while the load it has to serve is just arriving.

@@ -11,10 +11,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
+import struct
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +26,7 @@ import psutil
 from watchdog.core.model import Connection
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.procenv import read_environ
+from watchdog.sources.tcpdiag import _BYTES_RECEIVED_AT, DiagUnavailable, _dump
 
 log = logging.getLogger("hang_watchdog.sources.conns")
 
@@ -219,6 +222,18 @@ class Resolver:
         self._wake.set()
 
 
+def received_by_ports() -> dict[tuple[int, int], int]:
+    """(local port, peer port) -> tcpi_bytes_received of every established TCP socket of this
+    network namespace: the NETLINK_SOCK_DIAG dump sources/tcpdiag.py reads for the server's
+    own port (struct tcp_info, bytes_received since Linux 4.1); DiagUnavailable when it fails."""
+    out: dict[tuple[int, int], int] = {}
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for sport, dport, _inode, info in _dump(family):
+            if len(info) >= _BYTES_RECEIVED_AT + 8:
+                out[(sport, dport)] = struct.unpack_from("=Q", info, _BYTES_RECEIVED_AT)[0]
+    return out
+
+
 class ConnSource:
     """Reports the target tree's TCP sockets to CDN hosts, with how long each has been open."""
 
@@ -234,7 +249,9 @@ class ConnSource:
         clock: Callable[[], float] = time.monotonic,
         net_root: str = "/proc/net",
         proc_root: str = "/proc",
+        received: Callable[[], Mapping[tuple[int, int], int]] = received_by_ports,
     ) -> None:
+        self._received = received
         self.hosts = hosts
         self._proc_root = proc_root
         self.resolver = resolver
@@ -274,6 +291,7 @@ class ConnSource:
         now = self._clock()
         seen: dict[tuple[int, Any, Any], float] = {}
         found: list[Connection] = []
+        lports: list[int] = []
         denied: list[int] = []
         if not by_ip or not self._any_socket_to(by_ip):
             pids = ()  # no socket anywhere goes to a CDN address: no per-process walk at all
@@ -289,7 +307,10 @@ class ConnSource:
                 conn = self._match(pid, c, by_ip, now, seen)
                 if conn is not None:
                     found.append(conn)
+                    lports.append(int(c.laddr[1]) if c.laddr else 0)
         self._first_seen = seen
+        if found:
+            found = self._with_bytes(found, lports)
         if denied:
             self.health.down(
                 f"permission denied reading sockets of pid {denied[0]}; run the watchdog as the "
@@ -298,6 +319,18 @@ class ConnSource:
         else:
             self.health.ok()
         return tuple(found)
+
+    def _with_bytes(self, found: list[Connection], lports: list[int]) -> list[Connection]:
+        """Each socket's bytes received so far (tcp_info, core/leases.py reads the rate: a
+        download that trickles is a crawl, one that receives nothing a wedge)."""
+        try:
+            by_ports = self._received()
+        except DiagUnavailable:
+            return found
+        return [
+            replace(c, bytes_received=by_ports.get((lp, c.port)))
+            for c, lp in zip(found, lports, strict=True)
+        ]
 
     def _any_socket_to(self, by_ip: Mapping[str, list[Endpoint]]) -> bool:
         """Whether the socket tables psutil reads (`/proc/net/tcp` and `tcp6`, the watchdog's
