@@ -70,16 +70,16 @@ def test_autotune_with_no_progress_for_its_bound_is_the_hang_naming_it(
     assert any(e.kind == "wedged" for e in last.evidence)
 
 
-def _download(sigs: SignatureSet, trickle_s: int, silent_s: int) -> list:
-    """Serving, a request pending, FlashInfer fetching a cubin: its socket receives 2 kB a tick
-    for `trickle_s`, then nothing."""
+def _download(sigs: SignatureSet, trickle_s: int, silent_s: int, per_tick: int = 60_000) -> list:
+    """Serving, a request pending, FlashInfer fetching a cubin: its socket receives `per_tick`
+    bytes a 5 s tick (12 KB/s by default) for `trickle_s`, then nothing."""
     tl = Timeline(step=5.0, gpus=(gpu(0.0, 0.0),), procs=procs())
     frozen_bar(tl, 1, first_logs=events([FETCH], sigs))
     sock = Connection(283, "edge.urm.nvidia.com", "203.0.113.7", 443, "ESTABLISHED", 0.0, 0)
     received = 0
     for i in range((trickle_s + silent_s) // 5):
         if i * 5 < trickle_s:
-            received += 2000
+            received += per_tick
         tl.tick(conns=(replace(sock, age_s=5.0 * i, bytes_received=received),))
     return verdicts(tl.obs, sigs)
 
@@ -90,7 +90,18 @@ def test_download_receiving_bytes_slowly_is_crawling_with_its_rate(sigs: Signatu
     last = pairs[-1][1]
     assert last.state == "crawling"
     assert "FlashInfer cubin/artifact fetch" in last.reason
-    assert "receiving 400 B/s" in last.reason and "ETA" in last.reason
+    assert "receiving 12000 B/s" in last.reason and "ETA" in last.reason
+
+
+def test_a_socket_trickling_a_byte_a_second_is_a_wedge_not_a_crawl(sigs: SignatureSet) -> None:
+    """Below the operation's min_bytes_per_s (10 KB/s: a 1 MB cubin would outlast its bound)
+    bytes are no progress: a CDN that trickles (a read that never times out) is the stall."""
+    pairs = _download(sigs, trickle_s=300, silent_s=0, per_tick=5)
+    assert not any(v.state == "crawling" for _, v in pairs)
+    start = pairs[0][0].t
+    hang = next(((o, v) for o, v in pairs if v.is_hang), None)
+    assert hang is not None, [(v.state, v.reason) for _, v in pairs][-3:]
+    assert hang[1].signature == "cubin_download_stall" and hang[0].t - start <= 60
 
 
 def test_download_socket_with_no_byte_for_its_bound_is_cubin_download_stall(

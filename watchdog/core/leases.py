@@ -78,19 +78,22 @@ def leases(observations: Iterable[Observation], ops: Sequence[OpDef]) -> tuple[L
     prev_bytes: dict[tuple[int, str, int], int] = {}
     first_bytes: tuple[float, int] | None = None
     last_bytes: tuple[float, int] | None = None
+    prev_t: float | None = None
     for obs in observations:
         for ev in obs.logs:
             if ev.kind != "stack":
                 for op in leased:
                     _on_line(opened, op, ev.line, obs.t, ev.fields)
         received = _received(obs.conns, prev_bytes)
+        dt, prev_t = (obs.t - prev_t if prev_t is not None else 0.0), obs.t
         total = sum(c.bytes_received or 0 for c in obs.conns)
         if obs.conns and any(c.bytes_received is not None for c in obs.conns):
             first_bytes = first_bytes or (obs.t, total)
             last_bytes = (obs.t, total)
         compilers = obs.procs.compilers if obs.procs is not None else ()
         for op in leased:
-            if received and "socket_bytes" in op.signals:
+            fast = dt > 0 and received / dt >= op.min_bytes_per_s
+            if received and fast and "socket_bytes" in op.signals:
                 started = obs.t - max((c.age_s for c in obs.conns), default=0.0)
                 _progress(opened, op, obs.t, f"{received} bytes received on its socket", started)
             if compilers and "compilers" in op.signals and op.id in opened:

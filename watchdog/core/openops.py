@@ -40,6 +40,7 @@ class OpDef:
     progress: re.Pattern[str] | None = None
     signals: tuple[str, ...] = ()
     state: str = "compiling"
+    min_bytes_per_s: float = 0.0  # socket bytes slower than this are no progress
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ LEASE_STATES = frozenset({"loading", "compiling"})
 def _lease_fields(e: dict[str, Any]) -> dict[str, Any]:
     """The lease keys of one op entry, checked; TypeError names the bad one."""
     out: dict[str, Any] = {}
-    for key in ("bound_s", "quiet_s"):
+    for key in ("bound_s", "quiet_s", "min_bytes_per_s"):
         v = e.get(key)
         if v is not None:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
