@@ -395,6 +395,33 @@ def test_dumps_begun_before_the_server_moved_on_are_discarded(download_target) -
     assert hook.episode.capture_started_t == 13.0  # stalled again: fresh dumps
 
 
+def test_dumps_the_server_moved_on_from_after_they_came_in_are_retaken_at_once(
+    download_target,
+) -> None:
+    """A slow first batch is dumped (suspicious, no cause), then completes, then the hang
+    begins within the same episode: the old dumps show a moment the server has left, so the
+    new stall is dumped at once, not after the 10 s re-capture wait (the real TP=2 hang was
+    named 18.8 s after its onset that way)."""
+    from watchdog.core.model import Observation, ProcSnapshot, Verdict
+    from watchdog.daemon.episodes import EpisodeHook
+
+    hook = EpisodeHook(capturer=StackCapturer(deadline_s=30.0, second_after_s=0.2, native=False))
+    me = ProcInfo(download_target.pid, os.getpid(), "python3", "target", 0.0, None, "sleeping")
+    snap = ProcSnapshot(me.pid, True, (me,))
+    daemon = TickKit()
+    suspicious = Verdict(state="serving", suspicious=True)
+    hook.on_tick(daemon.tick(Observation(t=10.0, wall=10.0, procs=snap), suspicious))
+    deadline = time.monotonic() + 60
+    while hook.capturer.busy() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hook.on_tick(daemon.tick(Observation(t=11.0, wall=11.0, procs=snap), suspicious))
+    assert hook.episode is not None and hook.episode.capture_done_t == 11.0
+    daemon.window.progress.last_progress_t = 12.0  # the slow batch finished after the dumps
+    hook.on_tick(daemon.tick(Observation(t=12.0, wall=12.0, procs=snap), Verdict(state="serving")))
+    hook.on_tick(daemon.tick(Observation(t=15.0, wall=15.0, procs=snap), suspicious))
+    assert hook.episode.capture_started_t == 15.0  # the new stall: fresh dumps at once
+
+
 def test_a_server_that_keeps_moving_on_is_not_dumped_back_to_back(download_target) -> None:
     """Slow, not stuck: every capture is overtaken by progress. After the second discard the
     next capture waits CAPTURE_BACKOFF_S, then twice that: py-spy suspends what it reads, so

@@ -111,6 +111,12 @@ class EpisodeHook:
                 moved = f"the server moved on by itself ({verdict.state}: {verdict.reason})"
                 self._ended(ep, "recovered_on_its_own", moved, tick)
                 return
+        progress_t = tick.window.progress.last_progress_t
+        done, started = ep.capture_done_t, ep.capture_started_t
+        if done is not None and started is not None and (progress_t or 0.0) > started:
+            # The server moved on after these dumps (a slow first batch dumped, then the hang
+            # began): they are no evidence of what comes next, so a new stall dumps afresh.
+            self._discard(ep, obs.t, "the server made progress after it")
         if troubled:
             self._maybe_capture(obs, ep, verdict)
         if not fresh_stacks and self._wants_incident(obs, verdict, ep):
@@ -197,17 +203,8 @@ class EpisodeHook:
         if ep is not None and started is not None and moved is not None and moved > started:
             # Dumps begun before the server moved on show a moment it has left: not evidence
             # of this stall. Take new ones if it stalls again.
-            ep.capture_started_t = None
-            ep.discarded_captures += 1
             self._drop_native = native_follows
-            wait = 0.0
-            if ep.discarded_captures > 1:
-                wait = CAPTURE_BACKOFF_S * 2 ** (ep.discarded_captures - 2)
-                ep.capture_not_before = now + min(wait, CAPTURE_BACKOFF_MAX_S)
-            log.info(
-                "stack capture discarded: the server made progress while it ran%s",
-                f"; next capture in {min(wait, CAPTURE_BACKOFF_MAX_S):.0f} s" if wait else "",
-            )
+            self._discard(ep, now, "the server made progress while it ran")
             return False
         self.capture = result
         if ep is not None and not native_follows:
@@ -220,6 +217,19 @@ class EpisodeHook:
         tick.attach_stacks(samples)
         log.info("stack capture finished: %s %s", result.result, result.reason)
         return True
+
+    def _discard(self, ep: Episode, now: float, why: str) -> None:
+        """Forget the episode's capture (its dumps show a moment the server has left); the next
+        suspicious tick dumps again, at once the first time, then backing off."""
+        ep.capture_started_t, ep.capture_done_t = None, None
+        ep.discarded_captures += 1
+        wait = 0.0
+        if ep.discarded_captures > 1:
+            wait = min(CAPTURE_BACKOFF_S * 2 ** (ep.discarded_captures - 2), CAPTURE_BACKOFF_MAX_S)
+            ep.capture_not_before = now + wait
+        log.info(
+            "stack capture discarded: %s%s", why, f"; next capture in {wait:.0f} s" if wait else ""
+        )
 
     def _maybe_capture(self, obs: Observation, ep: Episode, verdict: Verdict) -> None:
         if self.capturer is None:
