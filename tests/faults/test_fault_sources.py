@@ -67,6 +67,7 @@ class Stub:
         self.mode = "ok"
         self.health = [200]
         self.calls = 0
+        self.health_calls = 0  # /health answers cycle through `health` per /health request
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,7 +77,9 @@ class Stub:
                     time.sleep(30)
                     return
                 if self.path.startswith("/health"):
-                    code = stub.health[stub.calls % len(stub.health)]
+                    # Counted apart from /metrics: the two are probed at once, in either order.
+                    stub.health_calls += 1
+                    code = stub.health[stub.health_calls % len(stub.health)]
                     self._send(code, b"")
                 elif stub.mode == "garbage":
                     self._send(200, b"\x00\xff{{{ not prometheus\n" * 100)
