@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from watchdog.core.model import Connection, Observation
 from watchdog.core.openops import OpDef, who_of
+from watchdog.core.window import READY_MILESTONES
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,11 @@ def leases(observations: Iterable[Observation], ops: Sequence[OpDef]) -> tuple[L
     prev_t: float | None = None
     for obs in observations:
         for ev in obs.logs:
-            if ev.kind != "stack":
+            if ev.kind == "milestone" and ev.fields.get("name") in READY_MILESTONES:
+                for op in leased:
+                    if op.startup:  # the server is up: its startup steps are over
+                        opened.pop(op.id, None)
+            elif ev.kind != "stack":
                 for op in leased:
                     _on_line(opened, op, ev.line, obs.t, ev.fields)
         received = _received(obs.conns, prev_bytes)
@@ -138,6 +143,9 @@ def _on_line(opened: dict[str, _Open], op: OpDef, line: str, t: float, fields: d
             o.last_t, o.last_what, o.shown = t, _short(line), True
         return
     if op.progress is not None and op.progress.search(line):
+        if _complete(fields):  # its bar reached its total: done, whatever end line follows
+            opened.pop(op.id, None)
+            return
         _progress(opened, op, t, _short(line))
         opened[op.id].eta_s = _eta(fields)
 
@@ -167,6 +175,15 @@ def _received(conns: Sequence[Connection], prev: dict[tuple[int, str, int], int]
     prev.clear()
     prev.update(seen)
     return grown
+
+
+def _complete(fields: dict) -> bool:  # type: ignore[type-arg]
+    """A progress bar at its total (tqdm's `67/67`)."""
+    try:
+        n, total = int(fields.get("n") or 0), int(fields.get("total") or 0)
+    except (TypeError, ValueError):
+        return False
+    return total > 0 and n >= total
 
 
 def _eta(fields: dict) -> float | None:  # type: ignore[type-arg]
