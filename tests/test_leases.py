@@ -115,7 +115,10 @@ def test_download_socket_with_no_byte_for_its_bound_is_cubin_download_stall(
     assert hang.signature == "cubin_download_stall"
 
 
-CAPTURE = "Capturing batches (bs=43 avail_mem=20.18 GB): {pct}%|#####     | {n}/67 [00:00<00:00, 131.27it/s]"
+CAPTURE = (
+    "Capturing batches (bs=43 avail_mem=20.18 GB): {pct}%|#####     | {n}/67 "
+    "[00:00<00:00, 131.27it/s]"
+)
 READY = "[2026-05-30 07:15:45] The server is fired up and ready to roll!"
 
 
