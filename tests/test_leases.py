@@ -122,7 +122,10 @@ CAPTURE = (
 READY = "[2026-05-30 07:15:45] The server is fired up and ready to roll!"
 
 
-@pytest.mark.parametrize("ends_with", ["bar_at_total", "ready_milestone"])
+VLLM_CAPTURE = "Capturing CUDA graphs: {pct}%|#####     | {n}/67 [00:00<00:00, 217.58it/s]"
+
+
+@pytest.mark.parametrize("ends_with", ["bar_at_total", "ready_milestone", "vllm_bar_at_total"])
 def test_a_finished_startup_step_holds_off_no_later_stall(
     sigs: SignatureSet, ends_with: str
 ) -> None:
@@ -132,6 +135,8 @@ def test_a_finished_startup_step_holds_off_no_later_stall(
     tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
     lines = [CAPTURE.format(pct=50, n=33)]
     lines += [CAPTURE.format(pct=100, n=67)] if ends_with == "bar_at_total" else [READY]
+    if ends_with == "vllm_bar_at_total":  # its bar matches the operation's start line too
+        lines = [VLLM_CAPTURE.format(pct=50, n=33), VLLM_CAPTURE.format(pct=100, n=67)]
     # In the same tick as the first batch's bar: no progress after it to move past the capture.
     onset = frozen_bar(tl, 40, cdn=True, first_logs=events(lines, sigs))
     pairs = verdicts(tl.obs, sigs)

@@ -65,7 +65,8 @@ class Config:
     proven_after_s: float = _f(
         6.0,
         "no progress for this long is a hang when the cause is proven: stacks unchanged across "
-        "two dumps with a matching socket or log line, or the server's own decisive words",
+        "two dumps with a matching socket or log line, or the server's own decisive words; "
+        "stall_after_s when that is lower",
         lo=1,
     )
     blind_stall_after_s: float = _f(
@@ -98,13 +99,13 @@ class Config:
     gpu_spin_power_max_ratio: float = _f(
         0.5,
         "whatever the DRAM figure: power draw / enforced power limit above which a busy GPU is "
-        "computing, never spinning (H200: spins drew 0.19-0.23 of the limit, matmuls 0.9-0.99)",
+        "computing, never spinning; on an H200 spins drew 0.19-0.23 of the limit, matmuls 0.9-0.99",
         lo=0,
     )
     gpu_spin_tensor: float = _f(
         0.1,
-        "tensor-core activity ratio above which a busy GPU is computing, never spinning "
-        "(where GPM or DCGM reports it)",
+        "tensor-core activity ratio above which a busy GPU is computing, never spinning, "
+        "where GPM or DCGM reports it",
         lo=0,
     )
     # fleet (docs/fleet.md)

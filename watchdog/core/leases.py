@@ -133,6 +133,10 @@ def _on_line(opened: dict[str, _Open], op: OpDef, line: str, t: float, fields: d
             if not o.whos:
                 del opened[op.id]
         return
+    moving = op.start.search(line) or (op.progress is not None and op.progress.search(line))
+    if moving and _complete(fields):  # its bar reached its total: done, whatever end follows
+        opened.pop(op.id, None)
+        return
     if op.start.search(line):
         o = opened.get(op.id)
         if o is None:
@@ -143,9 +147,6 @@ def _on_line(opened: dict[str, _Open], op: OpDef, line: str, t: float, fields: d
             o.last_t, o.last_what, o.shown = t, _short(line), True
         return
     if op.progress is not None and op.progress.search(line):
-        if _complete(fields):  # its bar reached its total: done, whatever end line follows
-            opened.pop(op.id, None)
-            return
         _progress(opened, op, t, _short(line))
         opened[op.id].eta_s = _eta(fields)
 
