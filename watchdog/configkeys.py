@@ -73,6 +73,12 @@ class Config:
         "stall threshold when no GPU figures are available and no evidence proves the cause",
         lo=1,
     )
+    load_deadline_s: float = _f(
+        1800.0,
+        "a launcher still waiting for its shard this long after the load last showed progress "
+        "is a stall (its periodic waiting line alone is loading, not a loop)",
+        lo=1,
+    )
     gpu_spin_sm: float = _f(
         0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0
     )

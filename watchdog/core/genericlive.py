@@ -32,11 +32,15 @@ def live_events(window: Window) -> list[LogEvent]:
     return [ev for o in window if since is None or o.t > since for ev in o.logs]
 
 
-def with_generic(verdict: Verdict, window: Window, sigs: SignatureSet) -> Verdict:
+def with_generic(
+    verdict: Verdict, window: Window, sigs: SignatureSet, load_deadline_s: float | None = None
+) -> Verdict:
     """`verdict` with the generic class the live log shows, when no signature named one."""
     if verdict.signature is not None or not sigs.generic:
         return verdict
-    found = class_verdict(find_classes(live_events(window), sigs.generic))
+    found = class_verdict(
+        find_classes(live_events(window), sigs.generic, load_deadline_s=load_deadline_s)
+    )
     if found is None:
         return verdict
     p = found.primary
