@@ -158,3 +158,15 @@ def test_the_heartbeat_past_the_loading_deadline_is_a_stall(sigs: SignatureSet) 
 
 def test_the_heartbeat_after_the_server_was_ready_is_a_stall(sigs: SignatureSet) -> None:
     assert replay_class("\n".join(tgi_lines(12, ready_first=True)) + "\n", sigs) == "livelock"
+
+
+def test_the_loading_deadline_travels_with_the_bundle() -> None:
+    """The bundle records every Thresholds field (daemon/wiring.py asdict) and `replay` of its
+    timeline reads them back: the loading deadline the daemon used is the one replayed."""
+    import dataclasses
+
+    from watchdog.commands.replay import _thresholds
+
+    recorded = dataclasses.asdict(Thresholds(load_deadline_s=60.0))
+    assert recorded["load_deadline_s"] == 60.0
+    assert _thresholds(recorded).load_deadline_s == 60.0

@@ -27,9 +27,11 @@ _BUSY = frozenset({"starting", "loading", "compiling"})
 
 
 def live_events(window: Window) -> list[LogEvent]:
-    """The log events of the window after the server's last progress, in order."""
+    """The log events of the window from the tick of the server's last progress on, in order;
+    find_classes then keeps those after the last progress line (core/events.py), so a failure
+    logged after progress in the same tick is read as `replay` reads it."""
     since = window.progress.last_progress_t
-    return [ev for o in window if since is None or o.t > since for ev in o.logs]
+    return [ev for o in window if since is None or o.t >= since for ev in o.logs]
 
 
 def with_generic(
