@@ -170,3 +170,12 @@ def test_the_loading_deadline_travels_with_the_bundle() -> None:
     recorded = dataclasses.asdict(Thresholds(load_deadline_s=60.0))
     assert recorded["load_deadline_s"] == 60.0
     assert _thresholds(recorded).load_deadline_s == 60.0
+
+
+def test_every_threshold_replays_with_its_type() -> None:
+    """A count recorded in a bundle (health_confirm) comes back an int, a bound a float."""
+    from watchdog.commands.replay import _thresholds
+
+    th = _thresholds({"health_confirm": 5, "socket_hold_s": 12, "stall_after_s": "x"})
+    assert (th.health_confirm, th.socket_hold_s) == (5, 12.0)
+    assert isinstance(th.health_confirm, int) and th.stall_after_s == Thresholds().stall_after_s

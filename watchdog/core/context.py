@@ -39,6 +39,13 @@ class Thresholds:
     # (core/events.py Heartbeat) is work that does not move: the same bound as the
     # weight_load operation's (core/openops.toml), 30 minutes for 1.5 TB from network storage.
     load_deadline_s: float = 1800.0
+    # FlashInfer sleeps up to 20 s between download attempts (5/10/20 s, flashinfer
+    # jit/cubin_loader.py v0.6.7): a CDN socket seen in this stall stays evidence this long
+    # after it closed.
+    socket_hold_s: float = 30.0
+    # /health answers in a row that make its status evidence: one that flaps 200/503 is not a
+    # dead engine.
+    health_confirm: int = 3
 
     @classmethod
     def from_config(cls, cfg: object) -> Thresholds:
