@@ -74,6 +74,21 @@ class Config:
         "stall threshold when no GPU figures are available and no evidence proves the cause",
         lo=1,
     )
+    load_deadline_s: float = _f(
+        1800.0,
+        "a launcher still waiting for its shard this long after the load last showed progress "
+        "is a stall (its periodic waiting line alone is loading, not a loop)",
+        lo=1,
+    )
+    socket_hold_s: float = _f(
+        30.0,
+        "a kernel-CDN socket seen during a stall stays evidence this long after it closed "
+        "(FlashInfer waits up to 20 s between download attempts)",
+        lo=0,
+    )
+    health_confirm: int = _f(
+        3, "/health answers in a row with the same failing status that make it evidence", lo=1
+    )
     gpu_spin_sm: float = _f(
         0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0
     )
