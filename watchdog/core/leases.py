@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from watchdog.core.events import READY_MILESTONES
 from watchdog.core.model import Connection, Observation
 from watchdog.core.openops import OpDef, who_of
-from watchdog.core.window import READY_MILESTONES
 
 
 @dataclass(frozen=True)
