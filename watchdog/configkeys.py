@@ -77,13 +77,13 @@ class Config:
     load_deadline_s: float = _f(
         1800.0,
         "a launcher still waiting for its shard this long after the load last showed progress "
-        "is a stall (its periodic waiting line alone is loading, not a loop)",
+        "is a stall; its periodic waiting line alone is loading, not a loop",
         lo=1,
     )
     socket_hold_s: float = _f(
         30.0,
-        "a kernel-CDN socket seen during a stall stays evidence this long after it closed "
-        "(FlashInfer waits up to 20 s between download attempts)",
+        "a kernel-CDN socket seen during a stall stays evidence this long after it closed;"
+        " FlashInfer waits up to 20 s between download attempts",
         lo=0,
     )
     health_confirm: int = _f(
