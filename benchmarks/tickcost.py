@@ -21,6 +21,13 @@ import watchdog.daemon.loop as loop_module
 from watchdog.commands.cli import build_parser, config_from_args
 from watchdog.daemon.wiring import build
 
+# The server source's poll, in parts: the /metrics scrape and parse, /health, the socket dump.
+SERVER_PARTS = (
+    ("_scrape_metrics", "  server: /metrics"),
+    ("_health_status", "  server: /health"),
+    ("_inflight", "  server: unanswered (tcpdiag)"),
+)
+
 
 @dataclass
 class Costs:
@@ -56,6 +63,14 @@ def tick_costs(run_argv: list[str], warmup_s: float, seconds: float) -> tuple[Co
     costs = Costs()
     for src in daemon.sources:  # Polled calls source.poll: the instance attribute wins
         src.poll = costs.timed(f"source {src.name}", src.poll)  # type: ignore[method-assign]
+    server = daemon.source("server")
+    for attr, part in SERVER_PARTS:  # within the server's poll, where they exist
+        if server is not None and hasattr(server, attr):
+            obj = getattr(server, attr)
+            if part.endswith("(tcpdiag)"):  # InflightRequests.poll
+                obj.poll = costs.timed(part, obj.poll)
+            else:
+                setattr(server, attr, costs.timed(part, obj))
     for hook in daemon.hooks:
         hook.on_tick = costs.timed(f"hook {type(hook).__name__}", hook.on_tick)  # type: ignore[method-assign]
     daemon.window.append = costs.timed("window.append", daemon.window.append)  # type: ignore[method-assign]
