@@ -47,4 +47,4 @@ def test_a_rule_without_literals_searches_every_line_and_the_memory_is_bounded(
     for i in range(sigmodel.LINE_MEMO + 10):
         assert literal.matches_line(f"attempt {i} failed") is True
         assert literal.matches_line(f"attempt {i} worked") is False
-    assert len(literal._seen) <= sigmodel.LINE_MEMO
+    assert len(literal.line_answers) <= sigmodel.LINE_MEMO

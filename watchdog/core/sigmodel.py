@@ -70,14 +70,16 @@ class Rule:
         return required_literals(self.pattern) or () if self.pattern is not None else ()
 
     @cached_property
-    def _seen(self) -> dict[str, bool]:
+    def line_answers(self) -> dict[str, bool]:
+        """What `matches_line` answered, by line (read it first: a lookup costs less than the
+        call)."""
         return {}
 
     def matches_line(self, line: str) -> bool:
         """Does `pattern` match `line`? Remembered: the live classifier asks about the same
         lines of its window on every tick, for as long as they stay in the rule's lookback.
         (A cache of a pure answer: the result is the search's, whatever the order of calls.)"""
-        seen = self._seen
+        seen = self.line_answers
         hit = seen.get(line)
         if hit is None:
             if len(seen) >= LINE_MEMO:
