@@ -11,7 +11,8 @@ CPU per tick and the sum of the parts.
 from __future__ import annotations
 
 import contextlib
-import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -111,19 +112,35 @@ def report(costs: Costs, process_cpu_s: float, ticks: int) -> list[str]:
     return lines
 
 
+# Holds n connections open until its standard input closes; prints the listener's port.
+_HOLDER = """
+import socket, sys
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1024)
+held = []
+for _ in range(int(sys.argv[1])):
+    held.append(socket.create_connection(srv.getsockname()))
+    held.append(srv.accept()[0])
+print(srv.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+
 @contextlib.contextmanager
 def host_connections(n: int) -> Iterator[int]:
     """n idle established TCP connections on 127.0.0.1 (2n sockets in the host's table, as on
-    a busy server), held open until the block ends; yields the listener's port."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1024)
-    held: list[socket.socket] = [srv]
+    a busy server), held by a child process until the block ends (in this process they would
+    be the in-process daemon's own descriptors); yields the listener's port (0 when n is 0)."""
+    if n <= 0:
+        yield 0
+        return
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
     try:
-        for _ in range(n):
-            held.append(socket.create_connection(srv.getsockname()))
-            held.append(srv.accept()[0])
-        yield srv.getsockname()[1]
+        assert holder.stdout is not None
+        yield int(holder.stdout.readline())
     finally:
-        for s in held:
-            s.close()
+        holder.kill()
+        holder.wait()
