@@ -74,6 +74,9 @@ def tick_costs(run_argv: list[str], warmup_s: float, seconds: float) -> tuple[Co
                 setattr(server, attr, costs.timed(part, obj))
     for hook in daemon.hooks:
         hook.on_tick = costs.timed(f"hook {type(hook).__name__}", hook.on_tick)  # type: ignore[method-assign]
+    # On the loop thread, observe() is what the polls cost it: each hand-off to a worker and
+    # the run-queue read before it (deadline.py), then building the Observation.
+    daemon.observe = costs.timed("observe (loop thread)", daemon.observe)  # type: ignore[method-assign]
     daemon.window.append = costs.timed("window.append", daemon.window.append)  # type: ignore[method-assign]
     classify = loop_module.classify
     loop_module.classify = costs.timed("classify", classify)  # type: ignore[assignment]
