@@ -8,6 +8,12 @@ tree, sockets, package facts). After a warm-up, the daemon's CPU time over --sec
 RSS are read from /proc (psutil). The floor: an idle Python process that imports the same
 libraries and serves prometheus_client on 127.0.0.1.
 
+Then, at the headline point (8 GPUs, 1 rank), what each part of a tick costs: the same daemon
+built in this process by the same wiring, every source's poll, classify and each hook timed
+(benchmarks/tickcost.py), mean and p90 ms of CPU and wall time. --host-conns N holds N idle
+loopback TCP connections open on the host for the whole run, as on a busy server: the
+unanswered-requests witness reads the kernel's socket table (sources/tcpdiag.py).
+
 Run: flock /tmp/e2e.lock python3 benchmarks/bench_daemon.py [--seconds 20] [--points 8x1,...]
 """
 
@@ -24,6 +30,11 @@ import time
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tickcost import host_connections, report, tick_costs  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -85,17 +96,22 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     psutil.wait_procs(kids, timeout=10)
 
 
+def run_args(work: Path, sim_pid: int, port: int) -> list[str]:
+    """`hang-watchdog run`'s arguments for the simulator: every default source on."""
+    argv = ["--pid", str(sim_pid), "--no-cdn-default"]
+    argv += ["--server-url", f"http://127.0.0.1:{port}"]
+    argv += ["--gpu-source", f"file:{work / 'gpu.jsonl'}"]
+    argv += ["--log-file", str(work / "sim.log"), "--metrics-addr", "127.0.0.1:0"]
+    return [*argv, "--state-dir", str(work / "state")]
+
+
 def daemon_point(
     gpus: int, ranks: int, warmup: float, seconds: float, python: str = sys.executable
 ) -> tuple[float, float]:
     """The daemon's (CPU share, RSS MiB) at one point, run by the interpreter `python`."""
     work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
     sim, port = start_sim(work, gpus, ranks)
-    argv = [python, "-m", "watchdog", "run", "--pid", str(sim.pid), "--no-cdn-default"]
-    argv += ["--server-url", f"http://127.0.0.1:{port}"]
-    argv += ["--gpu-source", f"file:{work / 'gpu.jsonl'}"]
-    argv += ["--log-file", str(work / "sim.log"), "--metrics-addr", "127.0.0.1:0"]
-    argv += ["--state-dir", str(work / "state")]
+    argv = [python, "-m", "watchdog", "run", *run_args(work, sim.pid, port)]
     wd = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     try:
         return measure(psutil.Process(wd.pid), warmup, seconds)
@@ -108,6 +124,20 @@ def daemon_point(
             wd.wait()
         kill_tree(sim)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def tick_point(gpus: int, ranks: int, warmup: float, seconds: float) -> None:
+    """Print what each part of a tick costs, the daemon built in this process."""
+    work = Path(tempfile.mkdtemp(prefix="bench-daemon-"))
+    sim, port = start_sim(work, gpus, ranks)
+    try:
+        costs, cpu_s, ticks = tick_costs(run_args(work, sim.pid, port), warmup, seconds)
+    finally:
+        kill_tree(sim)
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"per tick at {gpus} GPUs, {ranks} rank(s), 1 Hz (in-process, {ticks} ticks):")
+    for line in report(costs, cpu_s, ticks):
+        print("  " + line, flush=True)
 
 
 def main() -> None:
@@ -127,7 +157,27 @@ def main() -> None:
         "venv): one more floor and 8x1 row run by it; httpx imports optional packages (trio, "
         "h2, click, rich, ...) whenever they are installed",
     )
+    ap.add_argument(
+        "--host-conns",
+        type=int,
+        default=0,
+        metavar="N",
+        help="hold N idle TCP connections open on 127.0.0.1 during the run (a busy host)",
+    )
+    ap.add_argument(
+        "--tick-seconds",
+        type=float,
+        default=20.0,
+        help="measured span of the per-tick breakdown at 8x1 (0: skip it)",
+    )
     args = ap.parse_args()
+    with host_connections(args.host_conns):
+        if args.host_conns:
+            print(f"{args.host_conns} idle loopback TCP connections held open on the host")
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     f_cpu, f_rss = floor(args.warmup, args.seconds)
     print(f"floor process (imports + prometheus_client server): "
           f"{f_cpu * 100:.2f} % of a core, {f_rss:.1f} MiB RSS")  # fmt: skip
@@ -146,6 +196,8 @@ def main() -> None:
               f"{c_cpu * 100:.2f} % of a core, {c_rss:.1f} MiB RSS")  # fmt: skip
         print(f"    8     1 {cpu * 100:>11.2f} {rss:>8.1f} {cpu / max(c_cpu, 1e-4):>10.1f} "
               f"{rss / c_rss:>10.2f}", flush=True)  # fmt: skip
+    if args.tick_seconds > 0:
+        tick_point(8, 1, args.warmup, args.tick_seconds)
 
 
 if __name__ == "__main__":

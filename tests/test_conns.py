@@ -315,7 +315,7 @@ def test_bytes_received_read_from_tcp_info(
 def test_bytes_received_none_when_sock_diag_fails(connected_child: Any) -> None:
     from watchdog.sources.tcpdiag import DiagUnavailable
 
-    def broken() -> dict[tuple[int, int], int]:
+    def broken(ports: object) -> dict[tuple[int, int], int]:
         raise DiagUnavailable("no netlink here")
 
     child, port = connected_child

@@ -6,8 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 
-from watchdog.sources.schedstat import run_queue_wait_s
+from watchdog.sources.schedstat import RunQueueMeter, run_queue_wait_s
 
 # Runs in a child: pinned to one CPU at nice 19 beside two busy loops at nice 0 on the same
 # CPU, the poll's own CPU work waits on the run queue far past its 0.5 s deadline.
@@ -69,3 +70,27 @@ def test_run_queue_wait_reads_this_process_or_none() -> None:
     wait = run_queue_wait_s()
     assert wait is None or wait >= 0.0
     assert run_queue_wait_s(proc_root="/nonexistent") is None
+
+
+def test_the_loops_meter_reads_what_the_function_reads_and_follows_its_threads() -> None:
+    meter = RunQueueMeter()
+    # The counters only grow: a meter reading its open files afresh is sandwiched.
+    for _ in range(50):
+        before = meter.wait_s()
+        plain = run_queue_wait_s()
+        after = meter.wait_s()
+        assert before is not None and plain is not None and after is not None
+        assert before <= plain <= after
+    held = len(meter._fds)
+    stop = threading.Event()
+    extra = [threading.Thread(target=stop.wait) for _ in range(3)]
+    for t in extra:
+        t.start()
+    assert meter.wait_s() is not None and len(meter._fds) == held + 3
+    stop.set()
+    for t in extra:
+        t.join()
+    assert meter.wait_s() is not None and len(meter._fds) == held  # ended threads let go
+    meter.close()
+    assert meter._fds == {}
+    assert RunQueueMeter(proc_root="/nonexistent").wait_s() is None

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
-from watchdog.sources.tcpdiag import unanswered
+from watchdog.sources.tcpdiag import DUMP_MODES, PortDiag, own_ports, port_filter, unanswered
 
 ENGINES = load_engines()
 
@@ -68,6 +70,89 @@ def test_a_request_with_no_answer_is_pending_and_an_answered_one_is_not(
     assert unanswered(port + 1 if port < 65535 else port - 1) == []
     for s in (waiting, waiting_srv, answered, answered_srv, idle):
         s.close()
+
+
+@pytest.fixture
+def busy_host() -> Iterator[tuple[int, set[tuple[int, int]]]]:
+    """500 connections to another listener on 127.0.0.1: (its port, their (local, peer)
+    port pairs, both ends)."""
+    other = socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen(1024)
+    held: list[socket.socket] = []
+    for _ in range(500):
+        held.append(socket.create_connection(other.getsockname()))
+        held.append(other.accept()[0])
+    yield other.getsockname()[1], {(s.getsockname()[1], s.getpeername()[1]) for s in held}
+    for s in [*held, other]:
+        s.close()
+
+
+def pairs(diag: PortDiag) -> set[tuple[int, int]]:
+    return {(s.sport, s.dport) for s in diag.sockets()}
+
+
+def test_the_kernel_filter_returns_only_the_servers_sockets_on_a_busy_host(
+    server: socket.socket, busy_host: tuple[int, set[tuple[int, int]]]
+) -> None:
+    port = server.getsockname()[1]
+    ends = [end for _ in range(2) for end in connect(server)]
+    want = {(s.getsockname()[1], s.getpeername()[1]) for s in ends}
+    assert len(want) == 4  # the server's two sockets and the two clients'
+    for mode in (0, 1):  # one dump for both families; a dump per family
+        diag = PortDiag(port, mode=mode)
+        assert diag.mode.filtered and pairs(diag) == want
+        assert diag.mode == DUMP_MODES[mode]  # the kernel took the filter: no fallback
+    # The same as the whole table read and filtered here (what every tick did before).
+    whole = PortDiag(port, mode=len(DUMP_MODES) - 1)
+    assert not whole.mode.filtered and pairs(whole) == want
+    # The filter is the port's own: the other listener's port gives its 1000 sockets.
+    other_port, other_pairs = busy_host
+    assert pairs(PortDiag(other_port)) == other_pairs
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))  # bound, never connected: no socket has its port
+    assert pairs(PortDiag(free.getsockname()[1])) == set()
+    free.close()
+    for s in ends:
+        s.close()
+
+
+def test_a_filter_the_kernel_refuses_falls_back_to_the_whole_table_said_once(
+    server: socket.socket, busy_host: tuple[int, set[tuple[int, int]]], caplog: Any
+) -> None:
+    port = server.getsockname()[1]
+    client, accepted = connect(server)
+    want = {(port, client.getsockname()[1]), (client.getsockname()[1], port)}
+    # An op code the kernel does not know (inet_diag_bc_audit answers EINVAL).
+    refused = PortDiag(port, bytecode=bytes([99, 4, 8, 0]))
+    with caplog.at_level(logging.WARNING, logger="hang_watchdog.sources.tcpdiag"):
+        assert pairs(refused) == want
+        assert pairs(refused) == want
+    assert refused.mode == DUMP_MODES[-1]
+    assert [r.getMessage().count("refused") for r in caplog.records] == [1, 1]  # each mode once
+    assert len(port_filter(port)) == 28  # the real filter: S_COND (12), JMP (4), D_COND (12)
+    client.close()
+    accepted.close()
+
+
+def test_own_connections_are_told_by_the_inodes_this_process_holds(server: socket.socket) -> None:
+    port = server.getsockname()[1]
+    mine, mine_srv = connect(server)
+    theirs = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, str(port)], stdout=subprocess.DEVNULL
+    )  # a client in another process
+    try:
+        theirs_srv, _ = server.accept()
+        sockets = PortDiag(port).sockets()
+        clients = {s.sport for s in sockets if s.dport == port}
+        assert mine.getsockname()[1] in clients and len(clients) == 2
+        assert own_ports(sockets, port) == {mine.getsockname()[1]}
+        theirs_srv.close()
+    finally:
+        theirs.kill()
+        theirs.wait()
+        for s in (mine, mine_srv):
+            s.close()
 
 
 def test_the_server_source_counts_a_clients_unanswered_request() -> None:

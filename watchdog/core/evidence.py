@@ -18,8 +18,13 @@ HELD = ", in that frame in both dumps"  # it moved within the frame, never out o
 
 def _log(rule: Rule, ctx: Context) -> str | None:
     assert rule.pattern is not None
+    # Every tick searches the rule's whole lookback: the rule remembers each line's answer.
+    seen, match = rule.line_answers, rule.matches_line
     hits = [
-        ev.line for o in ctx.recent(rule.within_s) for ev in o.logs if rule.pattern.search(ev.line)
+        ev.line
+        for o in ctx.recent(rule.within_s)
+        for ev in o.logs
+        if (seen[ev.line] if ev.line in seen else match(ev.line))
     ]
     hits += [line for line in ctx.derived_lines if rule.pattern.search(line)]
     if not hits:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from watchdog.core.generic import GenericClass
+from watchdog.core.literals import required_literals
 from watchdog.core.openops import OpDef
 from watchdog.core.ranks import RankRules
 
@@ -31,6 +33,10 @@ VERDICT_STATES = frozenset(
     {"hung", "dead", "crash"}
 )  # crash: dead if the target is gone, else hung
 SEVERITIES = frozenset({"fail", "warn"})
+# Lines a log rule remembers its answer for; past this it forgets them all and starts again.
+# A window's lookback holds a few hundred kept lines (the log source keeps only lines a rule
+# can match), so this bounds memory (about 80 KiB a rule) without forgetting in normal use.
+LINE_MEMO = 1024
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,33 @@ class Rule:
     has_equals: bool = False
     has_not_equals: bool = False
     status: int | None = None
+
+    @cached_property
+    def literals(self) -> tuple[str, ...]:
+        """Literals one of which every match of `pattern` holds (core/literals.py): a line
+        holding none cannot match, and `in` costs a fraction of a regex search. Empty when
+        there are none to look for (a case-insensitive rule, `\\d+`): every line is searched."""
+        return required_literals(self.pattern) or () if self.pattern is not None else ()
+
+    @cached_property
+    def line_answers(self) -> dict[str, bool]:
+        """What `matches_line` answered, by line (read it first: a lookup costs less than the
+        call)."""
+        return {}
+
+    def matches_line(self, line: str) -> bool:
+        """Does `pattern` match `line`? Remembered: the live classifier asks about the same
+        lines of its window on every tick, for as long as they stay in the rule's lookback.
+        (A cache of a pure answer: the result is the search's, whatever the order of calls.)"""
+        seen = self.line_answers
+        hit = seen.get(line)
+        if hit is None:
+            if len(seen) >= LINE_MEMO:
+                seen.clear()
+            keys, pattern = self.literals, self.pattern
+            found = pattern is not None and (not keys or any(k in line for k in keys))
+            hit = seen[line] = found and pattern is not None and bool(pattern.search(line))
+        return hit
 
 
 @dataclass(frozen=True)

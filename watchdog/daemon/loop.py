@@ -32,6 +32,7 @@ from watchdog.core.window import Window
 from watchdog.outputs.emit import Emitter
 from watchdog.sources.base import Source, SourceTick
 from watchdog.sources.deadline import DeadlineCall
+from watchdog.sources.schedstat import RunQueueMeter
 
 log = logging.getLogger("hang_watchdog.daemon")
 
@@ -49,7 +50,9 @@ class Polled:
     """One source under its deadline: a DeadlineCall around its poll, or none for a source that
     bounds its own waits (`Deadline.inline`), so that no call runs on two threads."""
 
-    def __init__(self, source: Source, tick_s: float) -> None:
+    def __init__(
+        self, source: Source, tick_s: float, run_queue: Callable[[], float | None]
+    ) -> None:
         self.source = source
         spec = source.deadline(tick_s)
         self.deadline_s = spec.seconds
@@ -57,7 +60,12 @@ class Polled:
             None
             if spec.inline
             else DeadlineCall(
-                source.name, source.health, spec.seconds, hint=spec.hint, keep_late=spec.keep_late
+                source.name,
+                source.health,
+                spec.seconds,
+                hint=spec.hint,
+                keep_late=spec.keep_late,
+                run_queue=run_queue,
             )
         )
 
@@ -108,7 +116,8 @@ class Daemon:
         self.cfg, self.sigs = cfg, sigs
         self.sources: list[Source] = list(sources)
         _check_parts(self.sources)
-        self._polled = [Polled(src, cfg.tick_s) for src in self.sources]
+        self._run_queue = RunQueueMeter()  # read before each poll: its files stay open
+        self._polled = [Polled(src, cfg.tick_s, self._run_queue.wait_s) for src in self.sources]
         self.hooks: list[Hook] = list(hooks or [])
         self.emitter = emitter or Emitter(cfg.log_format)
         self.clock, self.wall = clock, wall
@@ -282,6 +291,7 @@ class Daemon:
                     log.debug("closing %s failed", obj, exc_info=True)
         for polled in self._polled:
             polled.close()
+        self._run_queue.close()
 
 
 def judging_line(chosen: Sequence[GpuSample], total: int, how: str) -> str:

@@ -26,7 +26,7 @@ import psutil
 from watchdog.core.model import Connection
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.procenv import read_environ
-from watchdog.sources.tcpdiag import _BYTES_RECEIVED_AT, DiagUnavailable, _dump
+from watchdog.sources.tcpdiag import _BYTES_RECEIVED_AT, DiagUnavailable, PortDiag
 
 log = logging.getLogger("hang_watchdog.sources.conns")
 
@@ -222,15 +222,15 @@ class Resolver:
         self._wake.set()
 
 
-def received_by_ports() -> dict[tuple[int, int], int]:
-    """(local port, peer port) -> tcpi_bytes_received of every established TCP socket of this
-    network namespace: the NETLINK_SOCK_DIAG dump sources/tcpdiag.py reads for the server's
-    own port (struct tcp_info, bytes_received since Linux 4.1); DiagUnavailable when it fails."""
+def received_by_ports(peer_ports: Iterable[int]) -> dict[tuple[int, int], int]:
+    """(local port, peer port) -> tcpi_bytes_received of the established TCP sockets to
+    `peer_ports`: the NETLINK_SOCK_DIAG dump sources/tcpdiag.py reads, filtered by the kernel
+    (struct tcp_info, bytes_received since Linux 4.1); DiagUnavailable when it fails."""
     out: dict[tuple[int, int], int] = {}
-    for family in (socket.AF_INET, socket.AF_INET6):
-        for sport, dport, _inode, info in _dump(family):
-            if len(info) >= _BYTES_RECEIVED_AT + 8:
-                out[(sport, dport)] = struct.unpack_from("=Q", info, _BYTES_RECEIVED_AT)[0]
+    for port in set(peer_ports):
+        for s in PortDiag(port).sockets():
+            if len(s.info) >= _BYTES_RECEIVED_AT + 8:
+                out[(s.sport, s.dport)] = struct.unpack_from("=Q", s.info, _BYTES_RECEIVED_AT)[0]
     return out
 
 
@@ -249,7 +249,7 @@ class ConnSource:
         clock: Callable[[], float] = time.monotonic,
         net_root: str = "/proc/net",
         proc_root: str = "/proc",
-        received: Callable[[], Mapping[tuple[int, int], int]] = received_by_ports,
+        received: Callable[[Iterable[int]], Mapping[tuple[int, int], int]] = received_by_ports,
     ) -> None:
         self._received = received
         self.hosts = hosts
@@ -324,7 +324,7 @@ class ConnSource:
         """Each socket's bytes received so far (tcp_info, core/leases.py reads the rate: a
         download that trickles is a crawl, one that receives nothing a wedge)."""
         try:
-            by_ports = self._received()
+            by_ports = self._received({c.port for c in found})
         except DiagUnavailable:
             return found
         return [

@@ -73,8 +73,11 @@ class DeadlineCall:
         *,
         hint: str = PROC_HINT,
         keep_late: bool = False,
+        run_queue: Callable[[], float | None] = run_queue_wait_s,
     ) -> None:
         self.name, self.health, self.deadline_s = name, health, deadline_s
+        # Read before every call (the loop passes its RunQueueMeter's, which costs less).
+        self._run_queue = run_queue
         self.hint = hint
         # keep_late: a call that returns after its deadline hands its result to the next call
         # (log lines read late are still evidence; a late GPU sample is only stale).
@@ -92,13 +95,13 @@ class DeadlineCall:
                 return late.result()
         if self._worker is None:
             self._worker = Worker(f"{self.name}-poll")
-        waited = run_queue_wait_s()
+        waited = self._run_queue()
         fut = self._worker.submit(fn)
         try:
             return fut.result(timeout=self.deadline_s)
         except FutureTimeout:
             self._stuck = fut
-            after = run_queue_wait_s()
+            after = self._run_queue()
             starved = None if waited is None or after is None else after - waited
             self._down(starved)
             return None

@@ -15,8 +15,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-import psutil
-
 from watchdog.core.model import ServerSample
 from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import EngineSet
@@ -24,7 +22,7 @@ from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
 from watchdog.sources.httpget import BodyTooLarge, HttpGet
 from watchdog.sources.starvation import StarvationJudge
-from watchdog.sources.tcpdiag import DiagUnavailable, PendingRequest, unanswered
+from watchdog.sources.tcpdiag import DiagUnavailable, PendingRequest, PortDiag, own_ports, pending
 
 # A server's own /metrics is well under a megabyte (a few hundred series, plus histograms); a
 # body this large is something else, and reading it would stall the loop and eat memory.
@@ -154,30 +152,21 @@ class InflightRequests:
     def __init__(self, host: str, port: int) -> None:
         local = host in self.LOCAL or host.startswith("127.")
         self.port = port if local else None
+        self._diag = PortDiag(port) if local else None
 
     def poll(self) -> list[PendingRequest] | None:
-        if self.port is None:
+        if self.port is None or self._diag is None:
             return None
         try:
-            found = unanswered(self.port)
-            if found:
-                found = unanswered(self.port, exclude_peers=_own_ports(self.port))
+            sockets = self._diag.sockets()  # both ends of the port's connections on this host
         except DiagUnavailable:
             self.port = None  # the same on every tick: stop asking
             return None
+        found = pending(sockets, self.port)
+        if found:  # the dump holds the client ends too: our own are told by their inodes
+            mine = own_ports(sockets, self.port)
+            found = [p for p in found if p.peer_port not in mine]
         return found
-
-
-def _own_ports(port: int) -> set[int]:
-    """Local ports of this process's own connections to `port` (the scrape's)."""
-    me = psutil.Process()
-    # psutil 6 renamed Process.connections to net_connections; pyproject allows 5.9.
-    listing = getattr(me, "net_connections", None) or me.connections
-    try:
-        conns = listing(kind="tcp")
-    except (psutil.Error, OSError):
-        return set()
-    return {c.laddr.port for c in conns if c.raddr and c.raddr.port == port and c.laddr}
 
 
 class ServerSource:
