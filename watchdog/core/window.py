@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
-from watchdog.core.model import LogEvent, Observation
+from watchdog.core.model import CanaryResult, LogEvent, Observation
 from watchdog.core.ranks import RankRules
 from watchdog.core.witnesses import Witnesses
 
@@ -129,6 +129,8 @@ class Window:
         p.facts.update({k: v for k, v in obs.facts.items() if v is not None})
         for ev in obs.logs:
             self._log_event(ev, obs.t)
+        if obs.canary is not None:
+            self._canary(obs.canary, obs.t)
         if obs.server is not None and obs.server.up:
             self._metrics(obs)
         if obs.procs is not None and p.phase == "loading":
@@ -235,15 +237,17 @@ class Window:
             p.witnesses.on_stats(ev, t, p.stats_pending, moving or bool(f.get("stepped")))
         elif ev.kind == "not_generating":
             p.witnesses.on_not_generating(t)
-        elif ev.kind == "canary":
-            # A request the watchdog sent itself: unanswered, it is work pending since it was sent.
-            if f.get("timed_out"):
-                p.canary_since = t - float(f.get("waited_s") or 0.0)
-            else:
-                p.canary_since = None
-                self._advance(t, "canary request answered")
         elif ev.kind == "jit" and f.get("action") in ("downloaded", "loading"):
             self._advance(t, "FlashInfer fetched a file")
+
+    def _canary(self, answer: CanaryResult, t: float) -> None:
+        """A request the watchdog sent itself: unanswered, it is work pending since it was sent
+        (an old timeline's `canary` log event reaches here through Observation too)."""
+        if answer.timed_out:
+            self.progress.canary_since = t - answer.waited_s
+        else:
+            self.progress.canary_since = None
+            self._advance(t, "canary request answered")
 
     def _metrics(self, obs: Observation) -> None:
         p, v = self.progress, obs.server
