@@ -22,7 +22,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_shipped_profiles_load() -> None:
     engines = load_engines()
-    assert engines.names == ("vllm", "sglang", "trtllm")
+    assert engines.names == ("vllm", "sglang", "trtllm", "tgi")
     sgl = engines.get("sglang")
     assert sgl is not None and sgl.health_meaning(503) == "not_generating"
     assert engines.get("vllm").health_meaning(503) == "dead"  # type: ignore[union-attr]

@@ -113,3 +113,35 @@ def test_download_socket_with_no_byte_for_its_bound_is_cubin_download_stall(
     assert not any(v.is_hang for v in early), [(v.state, v.reason) for v in early]
     hang = next(v for _, v in pairs if v.is_hang)
     assert hang.signature == "cubin_download_stall"
+
+
+CAPTURE = (
+    "Capturing batches (bs=43 avail_mem=20.18 GB): {pct}%|#####     | {n}/67 "
+    "[00:00<00:00, 131.27it/s]"
+)
+READY = "[2026-05-30 07:15:45] The server is fired up and ready to roll!"
+
+
+VLLM_CAPTURE = "Capturing CUDA graphs: {pct}%|#####     | {n}/67 [00:00<00:00, 217.58it/s]"
+
+
+@pytest.mark.parametrize("ends_with", ["bar_at_total", "ready_milestone", "vllm_bar_at_total"])
+def test_a_finished_startup_step_holds_off_no_later_stall(
+    sigs: SignatureSet, ends_with: str
+) -> None:
+    """SGLang's graph-capture bar opens its lease by progress alone (its start line can be out
+    of the window); the bar at 67/67, or the ready milestone, ends it. A cubin stall of the
+    first batch after it must be named as without the capture, not held for its quiet bound."""
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    lines = [CAPTURE.format(pct=50, n=33)]
+    lines += [CAPTURE.format(pct=100, n=67)] if ends_with == "bar_at_total" else [READY]
+    if ends_with == "vllm_bar_at_total":  # its bar matches the operation's start line too
+        lines = [VLLM_CAPTURE.format(pct=50, n=33), VLLM_CAPTURE.format(pct=100, n=67)]
+    # In the same tick as the first batch's bar: no progress after it to move past the capture.
+    onset = frozen_bar(tl, 40, cdn=True, first_logs=events(lines, sigs))
+    pairs = verdicts(tl.obs, sigs)
+    assert not any("CUDA-graph capture" in v.reason for _, v in pairs[1:])
+    stalled = next((o.t for o, v in pairs if v.state in ("stalled", "hung")), None)
+    assert stalled is not None and stalled - onset <= 20, [(v.state, v.reason) for _, v in pairs][
+        -2:
+    ]

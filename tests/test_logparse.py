@@ -37,7 +37,7 @@ def kinds(name: str) -> dict[str, int]:
         ("a_fi1728_cubin_sha256_mismatch.log", {"jit": 2}),
         ("a_fi4985_cubin_fetch_lock.log", {"jit": 2}),
         ("d_vllm2734_ray_stall_then_nccl_watchdog.log", {"stats": 2}),
-        ("d_vllm48752_throughput_zero_then_shm_broadcast.log", {"stats": 2}),
+        ("d_vllm48752_throughput_zero_then_shm_broadcast.log", {"stats": 2, "wait": 1}),
         ("f_club3090_93_specdecode_and_access_log.log", {"stats": 2}),
         ("f_tt3359_docker_timestamp_prefix.log", {"stats": 4}),
         ("f_vllm18916_noprefix_v1_docker_pipe.log", {"stats": 1}),
@@ -47,7 +47,10 @@ def kinds(name: str) -> dict[str, int]:
             "g_vllm16301_offline_startup_then_stuck_0pct.log",
             {"milestone": 5, "compile": 2, "progress": 1},
         ),
-        ("h_club3090_142_aot_compile_cache_with_shm_warning.log", {"compile": 1, "milestone": 1}),
+        (
+            "h_club3090_142_aot_compile_cache_with_shm_warning.log",
+            {"compile": 1, "milestone": 2, "wait": 1},
+        ),
         (
             "h_vllm19794_torch_compile_and_cudagraph_capture.log",
             {"compile": 1, "milestone": 3, "capture": 1},

@@ -35,10 +35,6 @@ def cross_check(cfg: Config, origin: str) -> None:
         raise ConfigError(
             f"{origin}: key 'suspect_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
         )
-    if cfg.proven_after_s > cfg.stall_after_s:
-        raise ConfigError(
-            f"{origin}: key 'proven_after_s': must not exceed stall_after_s ({cfg.stall_after_s})"
-        )
     _check_window(cfg, origin)
     _check_labels(cfg, origin)
     _check_ras_addr(cfg, origin)

@@ -65,13 +65,29 @@ class Config:
     proven_after_s: float = _f(
         6.0,
         "no progress for this long is a hang when the cause is proven: stacks unchanged across "
-        "two dumps with a matching socket or log line, or the server's own decisive words",
+        "two dumps with a matching socket or log line, or the server's own decisive words; "
+        "stall_after_s when that is lower",
         lo=1,
     )
     blind_stall_after_s: float = _f(
         120.0,
         "stall threshold when no GPU figures are available and no evidence proves the cause",
         lo=1,
+    )
+    load_deadline_s: float = _f(
+        1800.0,
+        "a launcher still waiting for its shard this long after the load last showed progress "
+        "is a stall (its periodic waiting line alone is loading, not a loop)",
+        lo=1,
+    )
+    socket_hold_s: float = _f(
+        30.0,
+        "a kernel-CDN socket seen during a stall stays evidence this long after it closed "
+        "(FlashInfer waits up to 20 s between download attempts)",
+        lo=0,
+    )
+    health_confirm: int = _f(
+        3, "/health answers in a row with the same failing status that make it evidence", lo=1
     )
     gpu_spin_sm: float = _f(
         0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0
@@ -98,13 +114,13 @@ class Config:
     gpu_spin_power_max_ratio: float = _f(
         0.5,
         "whatever the DRAM figure: power draw / enforced power limit above which a busy GPU is "
-        "computing, never spinning (H200: spins drew 0.19-0.23 of the limit, matmuls 0.9-0.99)",
+        "computing, never spinning; on an H200 spins drew 0.19-0.23 of the limit, matmuls 0.9-0.99",
         lo=0,
     )
     gpu_spin_tensor: float = _f(
         0.1,
-        "tensor-core activity ratio above which a busy GPU is computing, never spinning "
-        "(where GPM or DCGM reports it)",
+        "tensor-core activity ratio above which a busy GPU is computing, never spinning, "
+        "where GPM or DCGM reports it",
         lo=0,
     )
     # fleet (docs/fleet.md)

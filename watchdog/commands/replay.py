@@ -170,7 +170,13 @@ def _beside(path: str) -> Thresholds:
 def _thresholds(raw: Any) -> Thresholds:
     if not isinstance(raw, dict):
         return Thresholds()
-    known = {k: float(v) for k, v in raw.items() if k in Thresholds.__dataclass_fields__}
+    # Each recorded number as its field's type (a count such as health_confirm stays an int).
+    default = Thresholds()
+    known = {
+        k: type(getattr(default, k))(v)
+        for k, v in raw.items()
+        if k in Thresholds.__dataclass_fields__ and isinstance(v, (int, float))
+    }
     return Thresholds(**known)
 
 

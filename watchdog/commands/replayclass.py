@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from watchdog.core.context import Thresholds
 from watchdog.core.generic import ClassVerdict, class_verdict, find_classes
 from watchdog.core.model import LogEvent
 from watchdog.core.signatures import SignatureSet
@@ -21,9 +22,12 @@ def tail_records(data: bytes, n: int = TAIL_LINES) -> list[str]:
     return [rec for line in lines for rec in split_records(clean_line(line))]
 
 
-def log_classes(events: Sequence[LogEvent], data: bytes, sigs: SignatureSet) -> ClassVerdict | None:
-    """The generic class a plain log shows, or None."""
-    return class_verdict(find_classes(events, sigs.generic, tail_records(data)))
+def log_classes(
+    events: Sequence[LogEvent], data: bytes, sigs: SignatureSet, th: Thresholds | None = None
+) -> ClassVerdict | None:
+    """The generic class a plain log shows, or None (judged by `th`, else the defaults)."""
+    deadline = (th or Thresholds()).load_deadline_s
+    return class_verdict(find_classes(events, sigs.generic, tail_records(data), deadline))
 
 
 def classes_json(verdict: ClassVerdict | None) -> dict[str, Any] | None:

@@ -135,7 +135,7 @@ def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
         **common,  # type: ignore[arg-type]
     )
     # No signature named a cause: the class the live log shows, if any (core/genericlive.py).
-    return with_generic(verdict, window, sigs)
+    return with_generic(verdict, window, sigs, th.load_deadline_s)
 
 
 def _stopped(window: Window) -> str | None:

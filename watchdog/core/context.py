@@ -35,6 +35,17 @@ class Thresholds:
     gpu_spin_clock_ratio: float = 0.5
     gpu_spin_power_max_ratio: float = 0.5
     gpu_spin_tensor: float = 0.1
+    # A launcher still waiting for its shard this long after the load last showed progress
+    # (core/events.py Heartbeat) is work that does not move: the same bound as the
+    # weight_load operation's (core/openops.toml), 30 minutes for 1.5 TB from network storage.
+    load_deadline_s: float = 1800.0
+    # FlashInfer sleeps up to 20 s between download attempts (5/10/20 s, flashinfer
+    # jit/cubin_loader.py v0.6.7): a CDN socket seen in this stall stays evidence this long
+    # after it closed.
+    socket_hold_s: float = 30.0
+    # /health answers in a row that make its status evidence: one that flaps 200/503 is not a
+    # dead engine.
+    health_confirm: int = 3
 
     @classmethod
     def from_config(cls, cfg: object) -> Thresholds:
@@ -88,7 +99,11 @@ class Context:
             # Only while serving: CUDA-graph capture and warm-up spin the GPU on purpose.
             spun = self._spin_since() if p.phase == "ready" else None
             lapsed = self._lapsed() if spun is None else None
-            if lapsed is not None:
+            overdue = self._load_overdue()
+            if overdue is not None:
+                why = f"{p.heartbeat_what or 'the launcher'} not ready past the loading deadline"
+                pending_since, witnesses = overdue, (why,)
+            elif lapsed is not None:
                 # A known operation open with no progress of its own for its bound is work in
                 # flight that does not move, whatever phase the server is in.
                 why = f"{lapsed.op.what} open with no progress of its own"
@@ -123,6 +138,16 @@ class Context:
         return Stall(
             True, secs, stalled, suspicious, busy, detail, due, witnesses, provable, None, lapsed
         )
+
+    def _load_overdue(self) -> float | None:
+        """When a launcher's wait for its shard (heartbeats, no load progress since) passed
+        the loading deadline; None while within it, or with no such wait."""
+        p = self.window.progress
+        if p.heartbeat_since is None or p.phase == "ready":
+            return None
+        since = max(p.heartbeat_since, p.last_progress_t or p.heartbeat_since)
+        due = since + self.th.load_deadline_s
+        return due if self.obs.t >= due else None
 
     @cached_property
     def leases(self) -> tuple[Lease, ...]:

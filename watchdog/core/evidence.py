@@ -101,16 +101,11 @@ def match_stacks(rule: Rule, stacks: Iterable[StackSample]) -> str | None:
     return None
 
 
-# FlashInfer sleeps up to 20 s between download attempts (5/10/20 s, cubin_loader.py v0.6.7):
-# a socket seen in this stall stays evidence that long after it closed.
-SOCKET_HOLD_S = 30.0
-
-
 def _cdn_socket(rule: Rule, ctx: Context) -> str | None:
     conns, ago = ctx.obs.conns, 0.0
     if not conns:
         since = ctx.window.progress.last_progress_t
-        for o in reversed(list(ctx.recent(SOCKET_HOLD_S))):
+        for o in reversed(list(ctx.recent(ctx.th.socket_hold_s))):
             if since is not None and o.t < since:
                 break
             if o.conns:
@@ -164,9 +159,6 @@ def _setting(rule: Rule, ctx: Context) -> str | None:
     return f"{rule.name} = {'auto' if value is None else value}"
 
 
-HEALTH_CONFIRM = 3  # answers in a row: a /health that flaps 200/503 is not a dead engine
-
-
 def _health(rule: Rule, ctx: Context) -> str | None:
     v = ctx.obs.server
     if v is None or v.health_status != rule.status:
@@ -175,14 +167,15 @@ def _health(rule: Rule, ctx: Context) -> str | None:
     # one-token check got no answer) is a stall's evidence, not by itself a dead engine.
     if v.health_meaning not in (None, "dead"):
         return None
+    confirm = ctx.th.health_confirm
     answers = [
         o.server.health_status
-        for o in ctx.window.last(4 * HEALTH_CONFIRM)
+        for o in ctx.window.last(4 * confirm)
         if o.server is not None and o.server.health_status is not None
-    ][-HEALTH_CONFIRM:]
-    if len(answers) < HEALTH_CONFIRM or any(a != rule.status for a in answers):
+    ][-confirm:]
+    if len(answers) < confirm or any(a != rule.status for a in answers):
         return None
-    return f"/health answered {v.health_status} {HEALTH_CONFIRM} times in a row"
+    return f"/health answered {v.health_status} {confirm} times in a row"
 
 
 def _process_gone(rule: Rule, ctx: Context) -> str | None:

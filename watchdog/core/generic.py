@@ -14,12 +14,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from watchdog.core.events import Heartbeat, Milestone, StatsLine, progress_flags, typed
 from watchdog.core.model import LogEvent
 
 GENERIC_KINDS = frozenset({"line", "repeat", "stats_stall", "same_lines", "traceback_end"})
 GENERIC_STATES = frozenset({"dead", "hung", "stalled"})
-# Milestones after which the server is up: a failure logged before them was recovered from.
-READY_MILESTONES = frozenset({"engine_ready", "startup_complete", "graph_captured"})
 
 
 @dataclass(frozen=True)
@@ -88,47 +87,53 @@ def timestamp_s(line: str) -> float | None:
     return ((days * 24 + int(m["h"])) * 60 + int(m["mi"])) * 60.0 + int(m["s"])
 
 
-def _moving(ev: LogEvent) -> bool:
-    """Does this event show the server making progress?"""
-    if ev.kind == "milestone":
-        return ev.fields.get("name") in READY_MILESTONES
-    if ev.kind != "stats":
-        return False
-    f = ev.fields
-    if f.get("stepped"):
-        return True
-    return float(f.get("prompt_tps") or 0) + float(f.get("gen_tps") or 0) > 0
-
-
 def _pending_zero(ev: LogEvent) -> bool:
-    f = ev.fields
-    if ev.kind != "stats" or f.get("stepped"):
-        return False
-    if f.get("prompt_tps") is None and f.get("gen_tps") is None:
-        return False
-    pending = float(f.get("running") or 0) + float(f.get("waiting") or 0)
-    return pending > 0 and not _moving(ev)
+    t = typed(ev)
+    return isinstance(t, StatsLine) and t.stalled
 
 
 def after_progress(events: Sequence[LogEvent]) -> list[LogEvent]:
-    """The events after the last sign of progress: only these can show a failure now."""
-    last = max((i for i, e in enumerate(events) if _moving(e)), default=-1)
+    """The events after the last sign of progress (core/events.py: serving or startup): only
+    these can show a failure now."""
+    flags = progress_flags(list(events))
+    last = max((i for i, moved in enumerate(flags) if moved), default=-1)
     return list(events[last + 1 :])
 
 
+def _loading_beats(events: Sequence[LogEvent]) -> dict[str, float | None]:
+    """The content of each launcher heartbeat logged while loading (before any ready
+    milestone), with how often the launcher prints it: the launcher's liveness, judged by the
+    loading deadline, not a loop."""
+    out: dict[str, float | None] = {}
+    for ev in events:
+        t = typed(ev)
+        if isinstance(t, Milestone) and t.ready:
+            break
+        if isinstance(t, Heartbeat):
+            out[content(ev.line)] = t.every_s
+    return out
+
+
 def find_classes(
-    events: Sequence[LogEvent], classes: Sequence[GenericClass], tail: Sequence[str] = ()
+    events: Sequence[LogEvent],
+    classes: Sequence[GenericClass],
+    tail: Sequence[str] = (),
+    load_deadline_s: float | None = None,
 ) -> list[GenericFinding]:
     """Each generic class the log shows (at most one finding per class), in the data's order.
 
     `events` are the parsed events in log order; `tail` the log's last records, for the
-    classes that read every line (livelock)."""
+    classes that read every line (livelock); `load_deadline_s` how long a launcher may wait
+    for its shard while loading (Thresholds.load_deadline_s; None: heartbeats are not told
+    apart from other lines)."""
     recent = after_progress(events)
-    moving = frozenset(content(e.line) for e in events if _moving(e))
+    flags = progress_flags(list(events))
+    moving = frozenset(content(e.line) for e, moved in zip(events, flags, strict=True) if moved)
+    beats = None if load_deadline_s is None else _Beats(_loading_beats(events), load_deadline_s)
     found = []
     for cls in classes:
         for rule in cls.rules:
-            hit = _rule(rule, cls, recent, tail, moving)
+            hit = _rule(rule, cls, recent, tail, moving, beats)
             if hit is not None:
                 found.append(hit)
                 break
@@ -145,6 +150,7 @@ def _rule(
     recent: list[LogEvent],
     tail: Sequence[str],
     moving: frozenset[str] = frozenset(),
+    beats: _Beats | None = None,
 ) -> GenericFinding | None:
     if rule.kind == "line" and rule.pattern is not None:
         for ev in recent:
@@ -162,8 +168,26 @@ def _rule(
     if rule.kind == "stats_stall":
         return _stats_stall(rule, cls, recent)
     if rule.kind == "same_lines":
-        return _same_lines(rule, cls, tail)
+        return _same_lines(rule, cls, tail, beats)
     return None
+
+
+@dataclass(frozen=True)
+class _Beats:
+    """A launcher's heartbeats while loading, and the deadline they are judged by."""
+
+    lines: dict[str, float | None]  # content -> the launcher's period (None: not known)
+    deadline_s: float
+
+    def loading(self, cycle: Sequence[str], span_s: float | None, rounds: int) -> bool:
+        """Is a repeating cycle a launcher's heartbeat within the loading deadline? Without
+        timestamps (a collector stripped them) the span is the rounds times the period."""
+        if not self.lines or not all(c in self.lines for c in cycle):
+            return False
+        if span_s is None:
+            every = max((self.lines[c] or 0.0) for c in cycle)
+            span_s = rounds * every if every else None
+        return span_s is None or span_s < self.deadline_s
 
 
 # `, in NAME` (or `, line N`) may be wrapped onto the next line by a terminal
@@ -295,8 +319,8 @@ def _stats_stall(
     span = last - first if first is not None and last is not None else None
     if span is not None and span < rule.min_s:
         return None
-    f = run[0].fields
-    pending = float(f.get("running") or 0) + float(f.get("waiting") or 0)
+    newest = typed(run[0])
+    pending = newest.pending if isinstance(newest, StatsLine) else 0.0
     over = f" over {span:.0f} s" if span is not None else ""
     detail = f"{len(run)} stats lines{over} with {pending:.0f} request(s) pending, zero throughput"
     return GenericFinding(cls, rule.label, run[0].line, detail)
@@ -307,8 +331,11 @@ def content(line: str) -> str:
     return _PREFIX.sub("", line.strip(), count=1).strip()
 
 
-def _same_lines(rule: GenericRule, cls: GenericClass, tail: Sequence[str]) -> GenericFinding | None:
-    """The log ends with the same one to three lines over and over (`count` rounds at least)."""
+def _same_lines(
+    rule: GenericRule, cls: GenericClass, tail: Sequence[str], beats: _Beats | None = None
+) -> GenericFinding | None:
+    """The log ends with the same one to three lines over and over (`count` rounds at least);
+    a launcher's heartbeat while loading is loading, until the loading deadline."""
     lines = [t.strip() for t in tail if t.strip()]
     body = [content(t) for t in lines]
     for period in (1, 2, 3):
@@ -323,8 +350,11 @@ def _same_lines(rule: GenericRule, cls: GenericClass, tail: Sequence[str]) -> Ge
             rounds += 1
         if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
             first, last = timestamp_s(lines[-rounds * period]), timestamp_s(lines[-1])
-            if first is not None and last is not None and last - first < rule.min_s:
+            span = last - first if first is not None and last is not None else None
+            if span is not None and span < rule.min_s:
                 return None  # a burst within seconds, not a loop
+            if beats is not None and beats.loading(cycle, span, rounds):
+                return None
             line = tail[-1].strip()
             return GenericFinding(cls, rule.label, line, f"{rounds} times in a row at the end")
     return None

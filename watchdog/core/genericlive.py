@@ -27,16 +27,22 @@ _BUSY = frozenset({"starting", "loading", "compiling"})
 
 
 def live_events(window: Window) -> list[LogEvent]:
-    """The log events of the window after the server's last progress, in order."""
+    """The log events of the window from the tick of the server's last progress on, in order;
+    find_classes then keeps those after the last progress line (core/events.py), so a failure
+    logged after progress in the same tick is read as `replay` reads it."""
     since = window.progress.last_progress_t
-    return [ev for o in window if since is None or o.t > since for ev in o.logs]
+    return [ev for o in window if since is None or o.t >= since for ev in o.logs]
 
 
-def with_generic(verdict: Verdict, window: Window, sigs: SignatureSet) -> Verdict:
+def with_generic(
+    verdict: Verdict, window: Window, sigs: SignatureSet, load_deadline_s: float | None = None
+) -> Verdict:
     """`verdict` with the generic class the live log shows, when no signature named one."""
     if verdict.signature is not None or not sigs.generic:
         return verdict
-    found = class_verdict(find_classes(live_events(window), sigs.generic))
+    found = class_verdict(
+        find_classes(live_events(window), sigs.generic, load_deadline_s=load_deadline_s)
+    )
     if found is None:
         return verdict
     p = found.primary

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from watchdog.core.events import READY_MILESTONES
 from watchdog.core.model import Connection, Observation
 from watchdog.core.openops import OpDef, who_of
 
@@ -81,7 +82,11 @@ def leases(observations: Iterable[Observation], ops: Sequence[OpDef]) -> tuple[L
     prev_t: float | None = None
     for obs in observations:
         for ev in obs.logs:
-            if ev.kind != "stack":
+            if ev.kind == "milestone" and ev.fields.get("name") in READY_MILESTONES:
+                for op in leased:
+                    if op.startup:  # the server is up: its startup steps are over
+                        opened.pop(op.id, None)
+            elif ev.kind != "stack":
                 for op in leased:
                     _on_line(opened, op, ev.line, obs.t, ev.fields)
         received = _received(obs.conns, prev_bytes)
@@ -128,6 +133,10 @@ def _on_line(opened: dict[str, _Open], op: OpDef, line: str, t: float, fields: d
             if not o.whos:
                 del opened[op.id]
         return
+    moving = op.start.search(line) or (op.progress is not None and op.progress.search(line))
+    if moving and _complete(fields):  # its bar reached its total: done, whatever end follows
+        opened.pop(op.id, None)
+        return
     if op.start.search(line):
         o = opened.get(op.id)
         if o is None:
@@ -167,6 +176,15 @@ def _received(conns: Sequence[Connection], prev: dict[tuple[int, str, int], int]
     prev.clear()
     prev.update(seen)
     return grown
+
+
+def _complete(fields: dict) -> bool:  # type: ignore[type-arg]
+    """A progress bar at its total (tqdm's `67/67`)."""
+    try:
+        n, total = int(fields.get("n") or 0), int(fields.get("total") or 0)
+    except (TypeError, ValueError):
+        return False
+    return total > 0 and n >= total
 
 
 def _eta(fields: dict) -> float | None:  # type: ignore[type-arg]

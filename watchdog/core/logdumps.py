@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from watchdog.core.events import serving_progress
 from watchdog.core.model import Frame, LogEvent, StackSample, ThreadStack
 
 
@@ -74,22 +75,13 @@ def _key(ev: LogEvent) -> tuple[Any, ...]:
     return (f.get("pid"), f.get("title"), f.get("stream"), f.get("format"))
 
 
-def _progress(ev: LogEvent) -> bool:
-    """A stats line that shows the server moving: it ran a step, or it has throughput."""
-    if ev.kind != "stats":
-        return False
-    f = ev.fields
-    moving = float(f.get("prompt_tps") or 0) + float(f.get("gen_tps") or 0)
-    return bool(f.get("stepped")) or moving > 0
-
-
 def log_stacks(events: Iterable[LogEvent]) -> tuple[StackSample, ...]:
     """The newest dump of each process in `events`, threads marked unchanged across two dumps."""
     latest: dict[tuple[Any, ...], tuple[ThreadStack, ...]] = {}
     previous: dict[tuple[Any, ...], tuple[ThreadStack, ...]] = {}
     titles: dict[tuple[Any, ...], tuple[int, str]] = {}
     for ev in events:
-        if _progress(ev):  # the dumps so far were served past
+        if serving_progress(ev):  # the dumps so far were served past (core/events.py)
             latest.clear()
             previous.clear()
             titles.clear()

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from watchdog.core.divergence import divergence
+from watchdog.core.events import StatsLine, typed
 from watchdog.core.evidence import match_stacks
 from watchdog.core.linesearch import LineIndex
 from watchdog.core.logdumps import log_stacks
@@ -34,20 +35,14 @@ class LogMatch:
 
 
 def log_stall(events: Sequence[LogEvent]) -> str | None:
-    """The stall a log shows on its own: the last stats line pending with zero throughput."""
-    stats = [e for e in events if e.kind == "stats"]
-    if not stats:
+    """The stall a log shows on its own: the last stats line pending with zero throughput.
+    A line that reports a step it ran (TensorRT-LLM's `iter = N`, SGLang's `Prefill batch`) is
+    progress, and a line without throughput figures cannot show zero throughput
+    (core/events.py StatsLine.stalled)."""
+    stats = [t for t in map(typed, events) if isinstance(t, StatsLine)]
+    if not stats or not stats[-1].stalled:
         return None
-    f = stats[-1].fields
-    # A line that reports a step it ran (TensorRT-LLM's `iter = N`, SGLang's `Prefill batch`)
-    # is progress, and a line without throughput figures cannot show zero throughput.
-    if f.get("stepped") or (f.get("prompt_tps") is None and f.get("gen_tps") is None):
-        return None
-    pending = float(f.get("running") or 0) + float(f.get("waiting") or 0)
-    moving = float(f.get("prompt_tps") or 0) + float(f.get("gen_tps") or 0)
-    if pending > 0 and moving == 0:
-        return f"last stats line shows {pending:.0f} request(s) pending and zero throughput"
-    return None
+    return f"last stats line shows {stats[-1].pending:.0f} request(s) pending and zero throughput"
 
 
 def name_signatures(

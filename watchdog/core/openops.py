@@ -41,6 +41,7 @@ class OpDef:
     signals: tuple[str, ...] = ()
     state: str = "compiling"
     min_bytes_per_s: float = 0.0  # socket bytes slower than this are no progress
+    startup: bool = False  # a step of the startup: the ready milestone ends it
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,10 @@ def _lease_fields(e: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(signals, list) or not set(map(str, signals)) <= SIGNALS:
         raise TypeError(f"key 'signals': must be a list of {sorted(SIGNALS)}, got {signals!r}")
     out["signals"] = tuple(str(x) for x in signals)
+    startup = e.get("startup", False)
+    if not isinstance(startup, bool):
+        raise TypeError(f"key 'startup': must be true or false, got {startup!r}")
+    out["startup"] = startup
     state = str(e.get("state") or "compiling")
     if state not in LEASE_STATES:
         raise TypeError(f"key 'state': must be one of {sorted(LEASE_STATES)}, got {state!r}")

@@ -12,12 +12,22 @@ from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
 
+from watchdog.core.events import (
+    STARTUP_KINDS,
+    Bar,
+    Heartbeat,
+    LogKind,
+    Milestone,
+    Phase,
+    ProgressReader,
+    StatsLine,
+    startup_phase,
+    typed,
+)
 from watchdog.core.model import CanaryResult, LogEvent, Observation
 from watchdog.core.ranks import RankRules
 from watchdog.core.witnesses import Witnesses
 
-# Milestones after which the server is ready to serve (log kinds of sources/logs/parse.py).
-READY_MILESTONES = frozenset({"engine_ready", "startup_complete"})
 # Log text is the window's only input that grows with the server: a logged 64 KB prompt per
 # line would otherwise hold ~100 MB. Each kept line is cut to its head and tail,
 # and past a budget for the whole window the oldest lines shrink further (their verdict-time
@@ -32,7 +42,6 @@ EVENT_OVERHEAD = 400  # bytes a LogEvent, its __dict__ and fields hold beyond it
 # new server's first startup line are the old server's: they are dropped, for at most
 # RESTART_ECHO_S, and never taken as the new server's crash.
 RESTART_ECHO_S = 10.0
-STARTUP_KINDS = frozenset({"loading", "milestone", "version"})
 # The log source name for a pipe only the current server writes (supervise mode names its
 # child's stdout and stderr so): its lines are never the old server's after a restart.
 OWN_PIPE = "child"
@@ -49,7 +58,7 @@ class Progress:
     pending_since: float | None = None
     pending: bool = False
     pending_why: str = ""
-    bars: dict[str, tuple[int, int]] = field(default_factory=dict)  # desc -> (n, total)
+    reader: ProgressReader = field(default_factory=ProgressReader)  # core/events.py
     bar_desc: str | None = None  # the bar that most recently redrew
     ratio: float | None = None
     counters: dict[str, float] = field(default_factory=dict)  # /metrics counters last seen
@@ -66,6 +75,14 @@ class Progress:
     health_stall: bool = False
     witnesses: Witnesses = field(default_factory=Witnesses)  # core/witnesses.py
     pending_witnesses: tuple[str, ...] = ()  # every witness that says work is pending now
+    # A launcher's heartbeat while loading (core/events.py Heartbeat): since when it waits.
+    heartbeat_since: float | None = None
+    heartbeat_what: str = ""
+
+    @property
+    def bars(self) -> dict[str, tuple[int, int]]:
+        """desc -> (n, total) of each bar seen (kept by the progress reader)."""
+        return self.reader.bars
 
 
 class Window:
@@ -200,45 +217,39 @@ class Window:
             self._advance(t, f"entered {phase}")
 
     def _log_event(self, ev: LogEvent, t: float) -> None:
-        p, f = self.progress, ev.fields
-        if ev.kind in ("loading", "capture", "progress"):
-            desc = str(f.get("desc") or ev.kind)
-            n, total = int(f.get("n") or 0), int(f.get("total") or 0)
-            if ev.kind != "progress":
-                self._set_phase("loading" if ev.kind == "loading" else "capturing", t)
-            elif p.phase != "ready":
-                self._set_phase("ready", t)
-            prev = p.bars.get(desc)
-            if prev is None or n != prev[0] or total != prev[1]:
-                self._advance(t, f"{desc} {n}/{total}")
-            p.bars[desc] = (n, total)
-            if ev.kind == "progress":
-                p.bar_desc = desc
-                p.ratio = n / total if total else None
-        elif ev.kind == "compile":
-            self._set_phase("compiling", t)
-        elif ev.kind == "milestone":
-            name = str(f.get("name", ""))
-            self._set_phase("ready" if name in READY_MILESTONES else p.phase, t)
-            self._advance(t, f"milestone {name}")
-            if name in READY_MILESTONES:
-                p.witnesses.ready_milestone = True
-        elif ev.kind == "stats":
-            self._set_phase("ready", t)
-            running, waiting = float(f.get("running") or 0), float(f.get("waiting") or 0)
-            p.stats_pending = running + waiting > 0
-            moving = float(f.get("prompt_tps") or 0) > 0 or float(f.get("gen_tps") or 0) > 0
-            if moving:
-                self._advance(t, "throughput in the stats line")
-            elif f.get("stepped"):
-                # Engines that log a line per finished batch (SGLang's Prefill/Decode batch,
-                # TensorRT-LLM's iteration line): the line itself is a step.
-                self._advance(t, "a batch finished (stats line)")
-            p.witnesses.on_stats(ev, t, p.stats_pending, moving or bool(f.get("stepped")))
+        """One line's meaning (core/events.py) applied: its phase, its progress, its witness."""
+        p = self.progress
+        te = typed(ev)
+        phase = startup_phase(te)
+        if phase is not None and not (phase is Phase.READY and p.phase == "ready"):
+            self._set_phase(phase.value, t)
+        what = p.reader.of(te)
+        if what is not None:
+            self._advance(t, what)
+        if isinstance(te, Milestone) and te.ready:
+            p.witnesses.ready_milestone = True
+            p.heartbeat_since = None
+        elif isinstance(te, Bar) and te.kind == LogKind.PROGRESS:
+            p.bar_desc = te.desc
+            p.ratio = te.n / te.total if te.total else None
+        elif isinstance(te, StatsLine):
+            p.stats_pending = te.pending > 0
+            p.witnesses.on_stats(ev, t, p.stats_pending, te.moving)
+        elif isinstance(te, Heartbeat):
+            self._heartbeat(te, t)
         elif ev.kind == "not_generating":
             p.witnesses.on_not_generating(t)
-        elif ev.kind == "jit" and f.get("action") in ("downloaded", "loading"):
-            self._advance(t, "FlashInfer fetched a file")
+
+    def _heartbeat(self, hb: Heartbeat, t: float) -> None:
+        """A launcher still waiting while the server loads: the phase is loading, and the wait
+        is timed from its first heartbeat (the loading deadline judges it, core/context.py)."""
+        p = self.progress
+        if p.phase == "ready":
+            return
+        if p.phase == "starting":
+            self._set_phase(hb.phase.value, t)
+        if p.heartbeat_since is None:
+            p.heartbeat_since, p.heartbeat_what = t, hb.waits_for
 
     def _canary(self, answer: CanaryResult, t: float) -> None:
         """A request the watchdog sent itself: unanswered, it is work pending since it was sent

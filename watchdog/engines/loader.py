@@ -39,7 +39,7 @@ from watchdog.engines.profile import (
     Spelling,
 )
 
-SHIPPED = ("vllm", "sglang", "trtllm")
+SHIPPED = ("vllm", "sglang", "trtllm", "tgi")
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _TYPES = frozenset({"int", "float", "ratio%"})
 # A distribution name as PEP 508 spells it (packaging's NAME rule).

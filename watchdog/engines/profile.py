@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core.events import LogKind
+
 # Process roles a profile may name (ProcInfo.role). The core speaks of these, never of engines.
 ROLES = frozenset(
     {
@@ -29,11 +31,11 @@ COUNTER_FIELDS = frozenset({"iterations", "prompt_tokens", "generation_tokens"})
 GAUGE_FIELDS = frozenset({"running", "waiting"})
 # What a /health status can mean (ServerSample.health_meaning).
 HEALTH_MEANINGS = frozenset({"ok", "dead", "starting", "not_generating"})
-# LogEvent kinds an engine log rule may produce (the window reads these).
-LOG_KINDS = frozenset(
-    {"stats", "milestone", "compile", "version", "trtllm", "capture", "loading", "line", "crash",
-     "watchdog", "stackdump", "not_generating"}
-)  # fmt: skip
+# LogEvent kinds an engine log rule may produce (the window reads these): the one enum of
+# kinds, less those the watchdog itself makes (tqdm bars, FlashInfer lines, dumps, canary).
+LOG_KINDS = frozenset(k.value for k in LogKind) - {
+    k.value for k in (LogKind.STACK, LogKind.CANARY, LogKind.PROGRESS, LogKind.JIT)
+}
 
 
 @dataclass(frozen=True)
