@@ -32,6 +32,7 @@ from watchdog.preflight.checks_gpu import collect_gpus
 from watchdog.remediation.deployment import decider_for
 from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.machine import Phase
+from watchdog.remediation.settings import RemediationConfig
 from watchdog.remediation.state import StateStore
 from watchdog.sim.cdn import free_port
 from watchdog.sim.versions import write_dist_infos
@@ -144,6 +145,11 @@ class FakeDaemon(TickKit):
         super().__init__(facts)
 
 
+def remedy_config(values: dict[str, Any]) -> RemediationConfig:
+    """The remediation's own keys of the config `values` make, as the wiring hands them down."""
+    return RemediationConfig.of(build_config(values))
+
+
 def episodes(started_t: float) -> EpisodeHook:
     """An episode hook (no capturer, no writer) with one episode open since `started_t`."""
     hook = EpisodeHook()
@@ -192,9 +198,10 @@ def make_hook(
     )
     restarter, sink = RecordingRestarter(), MetricsSink(SIGS.ids, version="test")
     node = FleetLabels.resolve(config.deployment, config.node).node  # as the wiring names it
-    hook = RemediationHook(config, SIGS, restarter=restarter, store=StateStore(config.state_dir),
+    remedy = RemediationConfig.of(config)
+    hook = RemediationHook(remedy, SIGS, restarter=restarter, store=StateStore(config.state_dir),
                            metrics=sink, episodes=episodes(1.0),
-                           fleet=decider_for(config, node))  # fmt: skip
+                           fleet=decider_for(remedy, node))  # fmt: skip
     return hook, restarter, sink
 
 

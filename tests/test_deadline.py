@@ -10,7 +10,6 @@ from watchdog.config import Config
 from watchdog.core.model import ProcSnapshot
 from watchdog.core.signatures import load_signatures
 from watchdog.daemon.loop import Daemon
-from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.deadline import DeadlineCall
@@ -127,9 +126,7 @@ def test_a_trickling_server_cannot_hold_the_loop() -> None:
     from watchdog.sources.server import ServerSource
 
     trickle = _Trickle()
-    vllm = ServerSource(
-        f"http://127.0.0.1:{trickle.port}", timeout_s=1.0, engine=EngineRef(ENGINES)
-    )
+    vllm = ServerSource(f"http://127.0.0.1:{trickle.port}", timeout_s=1.0, engines=ENGINES)
     cfg = Config(tick_s=0.2, metrics_addr="off", stacks=False, cdn_default=False)
     daemon = Daemon(cfg, load_signatures(), [vllm])
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes import GOOD
-from watchdog.engines.detect import EngineRef, detect_engine
+from watchdog.engines.detect import EngineInForce, detect_engine
 from watchdog.engines.loader import EngineError, load_engines
 from watchdog.sim.trtllm_launch import launcher_argv
 from watchdog.sources.logs.parse import LogPatterns, parse_line
@@ -133,10 +133,11 @@ def test_detection_from_command_lines_and_titles() -> None:
 
 def test_forced_engine_and_unknown_name() -> None:
     engines = load_engines()
-    ref = EngineRef(engines, forced="sglang")
-    assert ref.profile.name == "sglang" and not ref.observe("vllm serve x", [])
+    forced = EngineInForce.at_start(engines, "sglang")
+    assert forced.profile.name == "sglang"
+    assert forced.observed(engines, "vllm serve x", []) is forced
     with pytest.raises(ValueError, match="not a known engine"):
-        EngineRef(engines, forced="nope")
-    auto = EngineRef(engines)
-    assert auto.observe("python -m sglang.launch_server", []) and auto.profile.name == "sglang"
-    assert "progress counters in /metrics" in EngineRef(engines).profile.missing()
+        EngineInForce.at_start(engines, "nope")
+    auto = EngineInForce.at_start(engines).observed(engines, "python -m sglang.launch_server", [])
+    assert auto.profile.name == "sglang" and not auto.forced
+    assert "progress counters in /metrics" in EngineInForce.at_start(engines).profile.missing()

@@ -293,16 +293,15 @@ def _sglang_root(tmp_path: Path, dists: Mapping[str, str]) -> Path:
 def test_sglang_environment_reports_the_engine_version(tmp_path: Path) -> None:
     """sglang's dist-info (and its kernel wheel) are read like vllm's; the engine in force is
     named with its version for verdicts and bundles."""
-    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.detect import EngineInForce
     from watchdog.engines.loader import load_engines
 
     dists = {"sglang": "0.5.23", "sglang-kernel": "0.4.10", "flashinfer-python": "0.7.2"}
     proc = _sglang_root(tmp_path, dists)
     engines = load_engines()
-    ref = EngineRef(engines)
-    ref.observe("python3 -m sglang.launch_server --model-path m", [])
-    src = shipped_facts(proc_root=str(proc), engine=ref)
-    facts = _wait(lambda: (f := src.read(SIDECAR_PID))["sglang"] and f)
+    engine = EngineInForce().observed(engines, "python3 -m sglang.launch_server --model-path m", [])
+    src = shipped_facts(proc_root=str(proc))
+    facts = _wait(lambda: (f := src.read(SIDECAR_PID, engine))["sglang"] and f)
     assert {k: facts[k] for k in dists} == dists and facts["vllm"] is None
     assert facts["sgl-kernel"] is None and facts["tensorrt_llm"] is None
     assert (facts["engine"], facts["engine_package"], facts["engine_version"]) == (
@@ -313,7 +312,7 @@ def test_sglang_environment_reports_the_engine_version(tmp_path: Path) -> None:
 
 
 def test_operator_profile_package_is_collected(tmp_path: Path) -> None:
-    from watchdog.engines.detect import EngineRef
+    from watchdog.engines.detect import EngineInForce
     from watchdog.engines.loader import load_engines
     from watchdog.sources.pyenv import packages_for
 
@@ -325,10 +324,9 @@ def test_operator_profile_package_is_collected(tmp_path: Path) -> None:
     engines = load_engines([profile])
     dists = {"acme-serve": "1.2.3", "acme-kernels": "0.9", "torch": "2.9.0"}
     proc = _sglang_root(tmp_path, dists)
-    src = FactsSource(
-        proc_root=str(proc), packages=packages_for(engines), engine=EngineRef(engines, "acme")
-    )
-    facts = _wait(lambda: (f := src.read(SIDECAR_PID))["acme-serve"] and f)
+    src = FactsSource(proc_root=str(proc), packages=packages_for(engines))
+    acme = EngineInForce.at_start(engines, "acme")
+    facts = _wait(lambda: (f := src.read(SIDECAR_PID, acme))["acme-serve"] and f)
     assert (facts["acme-serve"], facts["acme-kernels"], facts["torch"]) == ("1.2.3", "0.9", "2.9.0")
     assert facts["engine"] == "acme" and facts["engine_version"] == "1.2.3"
     # Without the operator's list the shipped one has no idea of acme's packages.

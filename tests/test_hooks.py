@@ -1,5 +1,6 @@
-"""The loop's hooks each on their own, fed a Tick (no daemon): metrics, notify, the canary; the
-wiring's hook list; and the layer rule that remediation imports neither daemon/ nor outputs/."""
+"""The loop's hooks each on their own, fed a Tick (no daemon): metrics, notify; the idle canary
+(a source); the wiring's hook list; and the layer rule that remediation imports neither daemon/
+nor outputs/."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from watchdog.core.signatures import load_signatures
 from watchdog.outputs.export import MetricsSink
 from watchdog.outputs.metrics_hook import MetricsHook
 from watchdog.outputs.notify_hook import NotifyHook
-from watchdog.remediation.canary import CanaryHook
+from watchdog.sources.base import SourceTick
+from watchdog.sources.canary import CanarySource
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGS = load_signatures()
@@ -106,21 +108,23 @@ def api() -> Iterator[str]:
     srv.server_close()
 
 
-def test_the_canary_injects_its_answer_into_the_next_observation(api: str) -> None:
-    canary, kit = CanaryHook(api, idle_s=0.0, timeout_s=5.0), TickKit()
-    idle = Verdict(state="idle")
+def test_the_canary_answers_in_its_own_observation_field(api: str) -> None:
+    """Sent only after the last verdict was idle; its answer is a typed CanaryResult."""
+    events: list[str] = []
+    canary = CanarySource(
+        api, idle_s=0.0, timeout_s=5.0, event=lambda kind, msg, **f: events.append(kind)
+    )
+    assert canary.poll(SourceTick(last_state="serving")) is None and canary.last_sent is None
     deadline = time.monotonic() + 10
-    t = 0.0
-    while not kit.injected and time.monotonic() < deadline:
-        canary.on_tick(kit.tick(Observation(t=t, wall=0.0), idle))
-        t += 1.0
+    answer = None
+    while answer is None and time.monotonic() < deadline:
+        answer = canary.poll(SourceTick(last_state="idle"))
         time.sleep(0.05)
-    (event,) = kit.injected
-    assert event.kind == "canary" and event.fields["timed_out"] is False
-    assert canary.results == ["ok"] and "canary" not in kit.out.getvalue()  # an answer is quiet
+    assert answer is not None and not answer.timed_out and answer.result == "ok", answer
+    assert canary.results == ["ok"] and events == []  # an answer is quiet
 
 
-def test_the_canary_is_a_hook_of_its_own_beside_remediation(tmp_path: Path) -> None:
+def test_the_canary_is_a_source_and_remediation_a_hook(tmp_path: Path) -> None:
     from watchdog.daemon.wiring import build
 
     cfg = build_config({"pid": 1, "gpu_source": "none", "metrics_addr": "off", "stacks": False,
@@ -130,9 +134,11 @@ def test_the_canary_is_a_hook_of_its_own_beside_remediation(tmp_path: Path) -> N
     built = build(cfg)
     try:
         names = [type(h).__name__ for h in built.daemon.hooks]
+        canary = built.daemon.source("canary")
     finally:
         built.close()
-    assert names == ["MetricsHook", "EpisodeHook", "CanaryHook", "RemediationHook"], names
+    assert isinstance(canary, CanarySource) and canary.part == "canary"
+    assert names == ["MetricsHook", "EpisodeHook", "RemediationHook"], names
 
 
 def _imports(path: Path) -> set[str]:

@@ -16,13 +16,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
 from watchdog.sources import server as server_mod
 from watchdog.sources.httpget import BodyTooLarge, HttpGet
 from watchdog.sources.server import ServerSource
 
-ENGINES = load_engines()  # EngineRef(ENGINES): a fresh engine in force per source
+ENGINES = load_engines()  # the profiles; the engine in force comes in each poll's tick
 
 PAGE = b'vllm:num_requests_running{model_name="m"} 3.0\nvllm:num_requests_waiting 1.0\n'
 
@@ -104,7 +103,7 @@ def test_keepalive_reuses_one_connection_per_probe(raw: Callable[..., RawServer]
     ref: list[RawServer] = []
     routes = {b"/metrics": _answer("200 OK", PAGE), b"/health": _answer("200 OK", b"")}
     ref.append(raw(_keepalive(ref, routes)))
-    src = ServerSource(ref[0].url, timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url, timeout_s=1.0, engines=ENGINES)
     try:
         samples = [src.poll() for _ in range(3)]
     finally:
@@ -162,7 +161,7 @@ def test_a_trickling_server_times_out_within_the_timeout(
 ) -> None:
     ref: list[RawServer] = []
     ref.append(raw(lambda conn: _drip(prefix, b"#", 0.05)(ref[0])(conn)))
-    src = ServerSource(ref[0].url, timeout_s=0.5, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url, timeout_s=0.5, engines=ENGINES)
     t0 = time.monotonic()
     s = src.poll()
     elapsed = time.monotonic() - t0
@@ -180,7 +179,7 @@ def test_an_oversize_body_is_cut_off_and_named(
     ref: list[RawServer] = []
     routes = {b"/metrics": _answer("200 OK", big), b"/health": _answer("200 OK", b"")}
     ref.append(raw(_keepalive(ref, routes)))
-    src = ServerSource(ref[0].url, timeout_s=2.0, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url, timeout_s=2.0, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and "more than 1 MiB; is this the server's /metrics?" in (s.error or "")
@@ -206,7 +205,7 @@ def test_a_503_with_a_body_is_its_status_and_health_still_read(
         b"/health": _answer("503 Service Unavailable", b'{"status":"unhealthy"}'),
     }
     ref.append(raw(_keepalive(ref, routes)))
-    src = ServerSource(ref[0].url, timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url, timeout_s=1.0, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and s.error == f"{ref[0].url}/metrics answered HTTP 503"
@@ -217,7 +216,7 @@ def test_a_redirect_is_not_followed(raw: Callable[..., RawServer]) -> None:
     ref: list[RawServer] = []
     moved = _answer("302 Found", b"", "Location: http://192.0.2.1/metrics\r\n")
     ref.append(raw(_keepalive(ref, {b"/metrics": moved, b"/health": moved})))
-    src = ServerSource(ref[0].url, timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url, timeout_s=1.0, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and "answered HTTP 302" in (s.error or "") and s.health_status == 302
@@ -231,7 +230,7 @@ def test_a_body_cut_short_is_named(raw: Callable[..., RawServer]) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + PAGE)
 
     ref.append(raw(short))
-    src = ServerSource(ref[0].url, timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url, timeout_s=1.0, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and "IncompleteRead" in (s.error or "")
@@ -245,7 +244,7 @@ def test_a_port_that_is_not_http_is_named(raw: Callable[..., RawServer]) -> None
         ref[0].read_request(conn)
 
     ref.append(raw(ssh_like))
-    src = ServerSource(ref[0].url, timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url, timeout_s=1.0, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and "BadStatusLine: not an HTTP answer" in (s.error or "")
@@ -256,7 +255,7 @@ def test_connection_refused_is_named() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    src = ServerSource(f"http://127.0.0.1:{port}", timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(f"http://127.0.0.1:{port}", timeout_s=1.0, engines=ENGINES)
     sample = src.poll()
     src.close()
     assert sample.error == (
@@ -280,7 +279,7 @@ def test_chunked_body_and_ipv6_literal(raw: Callable[..., RawServer]) -> None:
             conn.sendall(b"0\r\n\r\n")
 
     ref.append(raw(chunked, socket.AF_INET6))
-    src = ServerSource(ref[0].url + "/", timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(ref[0].url + "/", timeout_s=1.0, engines=ENGINES)
     samples = [src.poll() for _ in range(2)]
     src.close()
     assert all(s.up and (s.running, s.waiting, s.health_status) == (3, 1, 200) for s in samples)
@@ -292,7 +291,7 @@ def test_url_credentials_are_sent_and_never_shown(raw: Callable[..., RawServer])
     ref: list[RawServer] = []
     ref.append(raw(_keepalive(ref, {b"/p/health": _answer("200 OK", b"")})))
     url = f"http://scraper:s3cret@127.0.0.1:{ref[0].port}/p/"
-    src = ServerSource(url, timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(url, timeout_s=1.0, engines=ENGINES)
     s = src.poll()
     src.close()
     # base64("scraper:s3cret"); the path prefix is kept before /metrics and /health
@@ -337,14 +336,14 @@ def tls_server() -> Iterator[str]:
 def test_https_is_verified_against_the_system_trust_store(
     tls_server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    src = ServerSource(tls_server, timeout_s=2.0, engine=EngineRef(ENGINES))
+    src = ServerSource(tls_server, timeout_s=2.0, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and "SSLCertVerificationError" in (s.error or "")
     assert "CERTIFICATE_VERIFY_FAILED" in (s.error or "")
     # OpenSSL's SSL_CERT_FILE points the default context at another trust store.
     monkeypatch.setenv("SSL_CERT_FILE", str(TLS / "loopback-cert.pem"))
-    src = ServerSource(tls_server, timeout_s=2.0, engine=EngineRef(ENGINES))
+    src = ServerSource(tls_server, timeout_s=2.0, engines=ENGINES)
     s = src.poll()
     src.close()
     assert s.up and s.running == 3 and s.health_status == 200

@@ -224,7 +224,7 @@ def test_the_wiring_passes_its_bundle_down(tmp_path: Path) -> None:
     try:
         assert built.daemon.sigs is kb.signatures
         assert built.daemon.window.ranks is kb.ranks
-        assert built.engine.engines is kb.engines
+        assert built.engines is kb.engines
         assert built.daemon.source("facts").packages == kb.packages
     finally:
         built.close()

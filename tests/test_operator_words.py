@@ -183,21 +183,33 @@ def hung(signature: str, confidence: float = 1.0) -> Any:
 
 def test_the_verdict_block_says_what_remediation_would_do() -> None:
     from watchdog.remediation.describe import remediation_note
+    from watchdog.remediation.settings import RemediationConfig
 
     sigs = load_signatures([])
     facts = {"vllm": "0.14.0"}
-    note = remediation_note(Config(), sigs, hung("cubin_download_stall"), facts)
+    note = remediation_note(
+        RemediationConfig.of(Config()), sigs, hung("cubin_download_stall"), facts
+    )
     assert note == (
         "off; with --remediate it would restart with fallback disable_trtllm_attention: "
         "--attention-config.use_trtllm_attention=0 (vLLM 0.14.0 >= 0.13.0: command-line flag)"
     )
     dry = remediation_note(
-        Config(remediate=True, dry_run=True), sigs, hung("cubin_download_stall"), facts
+        RemediationConfig.of(Config(remediate=True, dry_run=True)),
+        sigs,
+        hung("cubin_download_stall"),
+        facts,
     )
     assert dry.startswith("dry run: would restart with fallback disable_trtllm_attention")
-    low = remediation_note(Config(remediate=True), sigs, hung("cubin_download_stall", 0.3), facts)
+    low = remediation_note(
+        RemediationConfig.of(Config(remediate=True)), sigs, hung("cubin_download_stall", 0.3), facts
+    )
     assert low == "on, not acting: confidence 0.30 is below remediate_min_confidence 0.6"
-    on = remediation_note(Config(remediate=True), sigs, hung("engine_dead"), facts)
+    on = remediation_note(
+        RemediationConfig.of(Config(remediate=True)), sigs, hung("engine_dead"), facts
+    )
     assert on.startswith("on: will restart with fallback restart") and "at most 3 restarts" in on
-    advise = remediation_note(Config(remediate=True), sigs, hung("jit_toolchain_missing"), facts)
+    advise = remediation_note(
+        RemediationConfig.of(Config(remediate=True)), sigs, hung("jit_toolchain_missing"), facts
+    )
     assert advise == "advise only: fallback none needs an operator; no restart"

@@ -11,8 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from watchdog.core.model import ServerSample
-from watchdog.engines.detect import EngineRef
+from watchdog.engines.detect import EngineInForce
 from watchdog.knowledge import load_knowledge
+from watchdog.sources.base import SourceTick
 from watchdog.sources.server import ServerSource
 from watchdog.sources.starvation import MAX_SCRAPE_EVERY, StarvationJudge
 
@@ -81,9 +82,19 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     srv.close()
 
 
+ENGINES = load_knowledge().engines
+SGLANG = EngineInForce.at_start(ENGINES, "sglang")  # as `--engine sglang` makes it
+
+
+class _Sglang(ServerSource):
+    """A server source whose every poll has SGLang in force, as the loop's tick would say."""
+
+    def poll(self, tick: SourceTick | None = None) -> ServerSample:
+        return super().poll(SourceTick(engine=SGLANG))
+
+
 def _source(url: str) -> ServerSource:
-    ref = EngineRef(load_knowledge().engines, forced="sglang")
-    return ServerSource(url, timeout_s=TIMEOUT_S, engine=ref)
+    return _Sglang(url, timeout_s=TIMEOUT_S, engines=ENGINES)
 
 
 def _failing(s: ServerSample) -> bool:

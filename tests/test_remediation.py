@@ -37,6 +37,7 @@ from watchdog.remediation.restarters import (
     terminate,
     write_env_file,
 )
+from watchdog.remediation.settings import RemediationConfig
 from watchdog.remediation.state import RemediationState, StateError, StateStore
 
 # -- plan ---------------------------------------------------------------------------------
@@ -189,7 +190,8 @@ def test_systemd_hook_writes_the_environment_file_and_restarts_once_per_episode(
                         "state_dir": str(tmp_path / "st"), "recover_within_s": 1.0})  # fmt: skip
     sink = MetricsSink(SIGS.ids, version="test")
     eps = episodes(1.0)
-    hook = RemediationHook(cfg, SIGS, restarter=SystemdRestarter("vllm.service", str(env_file)),
+    hook = RemediationHook(RemediationConfig.of(cfg), SIGS,
+                           restarter=SystemdRestarter("vllm.service", str(env_file)),
                            store=StateStore(cfg.state_dir), metrics=sink, episodes=eps)  # fmt: skip
     daemon = FakeDaemon({"vllm": "0.14.0"})
     t = 10.0

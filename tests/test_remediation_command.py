@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import SIGS, hang
-from watchdog.config import ConfigError, build_config
+from tests.fakes import SIGS, hang, remedy_config
+from watchdog.config import ConfigError
 from watchdog.outputs.sdnotify import child_environ
 from watchdog.remediation.plan import make_plan
 from watchdog.remediation.restarters import RestartError, make_restarter
@@ -38,7 +38,7 @@ def operator_script(tmp_path: Path) -> tuple[Path, Path]:
 def test_command_restarter_expands_the_placeholders(tmp_path: Path) -> None:
     script, record = operator_script(tmp_path)
     env_file = tmp_path / "fallback.env"
-    cfg = build_config({"restarter": "command", "fallback_file": str(env_file),
+    cfg = remedy_config({"restarter": "command", "fallback_file": str(env_file),
                         "restart_command": [str(script), "{signature}", "{fallback}", "{args}",
                                             "flags={args}", "--env-file={env_file}"]})  # fmt: skip
     restarter = make_restarter(cfg, None, child_environ)
@@ -60,7 +60,7 @@ def test_command_restarter_failure_names_the_exit_code(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script, _ = operator_script(tmp_path)
-    cfg = build_config({"restarter": "command", "fallback_file": str(tmp_path / "f.env"),
+    cfg = remedy_config({"restarter": "command", "fallback_file": str(tmp_path / "f.env"),
                         "restart_command": [str(script), "--env-file={env_file}"]})  # fmt: skip
     plan = make_plan(hang(), SIGS, {"vllm": "0.14.0"}, {})
     assert plan is not None
@@ -71,7 +71,7 @@ def test_command_restarter_failure_names_the_exit_code(
 
 def test_an_unset_env_file_placeholder_is_a_config_error(tmp_path: Path) -> None:
     argv = ["/usr/local/bin/restart-vllm", "{env_file}"]
-    cfg = build_config({"restarter": "command", "restart_command": argv})
+    cfg = remedy_config({"restarter": "command", "restart_command": argv})
     with pytest.raises(
         ConfigError, match=r"key 'restart_command': uses \{env_file\}.*fallback_file"
     ):
@@ -79,7 +79,7 @@ def test_an_unset_env_file_placeholder_is_a_config_error(tmp_path: Path) -> None
 
 
 def test_the_example_fallback_path_is_the_shipped_one() -> None:
-    cfg = build_config({"restarter": "systemd", "systemd_unit": "vllm.service"})
+    cfg = remedy_config({"restarter": "systemd", "systemd_unit": "vllm.service"})
     with pytest.raises(ConfigError) as err:
         make_restarter(cfg, None, child_environ)
     shipped = "/var/lib/hang-watchdog/fallback.env"

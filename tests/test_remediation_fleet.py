@@ -6,8 +6,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tests.fakes import SIGS, FakeDaemon, hang, make_hook, metric, obs
-from watchdog.config import build_config
+from tests.fakes import SIGS, FakeDaemon, hang, make_hook, metric, obs, remedy_config
 from watchdog.remediation.deployment import Candidate, FleetDecider, fleet_block, pick
 from watchdog.remediation.machine import Phase
 
@@ -18,11 +17,11 @@ def _cause(rank: int | None, waiting: tuple[int, ...] = ()):
 
 
 def test_standalone_servers_are_unaffected() -> None:
-    assert fleet_block(build_config({}), _cause(None)) is None
+    assert fleet_block(remedy_config({}), _cause(None)) is None
 
 
 def test_only_the_node_with_the_cause_rank_may_act() -> None:
-    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+    cfg = remedy_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
                         "fleet_settle_s": 0})  # fmt: skip
     one = _answer([("node-a", 5, 50.0, "cubin_download_stall")], {("node-a", 5): 1000.0})
     assert fleet_block(cfg, _cause(5, (0, 1, 2)), FleetDecider(cfg, "node-a", query=one)) is None
@@ -32,8 +31,8 @@ def test_only_the_node_with_the_cause_rank_may_act() -> None:
 
 
 def test_leader_mode_acts_only_on_the_leader() -> None:
-    leader = build_config({"deployment": "d", "fleet_remediation": "leader", "fleet_leader": True})
-    other = build_config({"deployment": "d", "fleet_remediation": "leader"})
+    leader = remedy_config({"deployment": "d", "fleet_remediation": "leader", "fleet_leader": True})
+    other = remedy_config({"deployment": "d", "fleet_remediation": "leader"})
     assert fleet_block(leader, _cause(None)) is None
     assert "only the leader" in (fleet_block(other, _cause(3)) or "")
 
@@ -84,7 +83,7 @@ TWO_CAUSES = (
 
 def test_two_nodes_each_holding_a_cause_agree_on_one() -> None:
     """Each node reads the same answer; only the one whose cause rank stopped first acts."""
-    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+    cfg = remedy_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
                         "fleet_settle_s": 0})  # fmt: skip
     said = {}
     for node in ("node-a", "node-b"):
@@ -105,20 +104,20 @@ def test_priority_first_then_first_stop_then_lowest_node_and_rank() -> None:
 
 
 def test_no_prometheus_means_nobody_acts_and_says_how_to_fix() -> None:
-    cfg = build_config({"deployment": "llama-405b"})
+    cfg = remedy_config({"deployment": "llama-405b"})
     why = fleet_block(cfg, _cause(1), FleetDecider(cfg, "node-a"))
     assert why is not None and "set fleet_prometheus_url" in why
 
     def down(expr: str) -> list[dict]:
         raise OSError("connection refused")
 
-    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x"})
+    cfg = remedy_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x"})
     why = fleet_block(cfg, _cause(1), FleetDecider(cfg, "node-a", query=down))
     assert why is not None and "did not answer (connection refused)" in why
 
 
 def test_a_restart_by_another_node_starts_the_deployments_cooldown() -> None:
-    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+    cfg = remedy_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
                         "fleet_settle_s": 0, "cooldown_s": 600})  # fmt: skip
     answer = _answer(*TWO_CAUSES, restarts=1.0, last_restart=1.7e9 - 100)
     decider = FleetDecider(cfg, "node-a", query=answer, wall=lambda: 1.7e9)
@@ -129,7 +128,7 @@ def test_a_restart_by_another_node_starts_the_deployments_cooldown() -> None:
 
 
 def test_restarts_by_every_node_count_toward_one_cap() -> None:
-    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+    cfg = remedy_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
                         "fleet_settle_s": 0, "max_restarts": 3})  # fmt: skip
     for count, blocked in ((1.9, False), (2.96, True)):  # increase() extrapolates
         answer = _answer(*TWO_CAUSES, restarts=count)
@@ -140,7 +139,7 @@ def test_restarts_by_every_node_count_toward_one_cap() -> None:
 
 def test_the_winner_waits_fleet_settle_s_before_acting() -> None:
     now = [0.0]
-    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+    cfg = remedy_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
                         "fleet_settle_s": 10})  # fmt: skip
     decider = FleetDecider(cfg, "node-a", query=_answer(*TWO_CAUSES), clock=lambda: now[0])
     assert "fleet_settle_s" in (fleet_block(cfg, _cause(1), decider) or "")
@@ -171,7 +170,7 @@ def test_cause_node_hook_restarts_once(tmp_path: Path) -> None:
 
 def test_a_slow_prometheus_never_holds_the_loop() -> None:
     """The daemon's decider asks in the background: a tick reads the latest answer at once."""
-    cfg = build_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
+    cfg = remedy_config({"deployment": "llama-405b", "fleet_prometheus_url": "http://x",
                         "fleet_settle_s": 0})  # fmt: skip
     answer = _answer(*TWO_CAUSES)
 

@@ -20,6 +20,7 @@ from tests.fakes import (
     make_hook,
     metric,
     obs,
+    remedy_config,
     settled,
     wait_for,
 )
@@ -33,6 +34,7 @@ from watchdog.remediation.hook import RemediationHook
 from watchdog.remediation.machine import Phase
 from watchdog.remediation.plan import make_plan
 from watchdog.remediation.restarters import RestartJob
+from watchdog.remediation.settings import RemediationConfig
 from watchdog.remediation.state import RemediationState, StateStore
 
 ACTION = "disable_trtllm_attention"
@@ -44,7 +46,8 @@ def test_a_hang_within_the_cooldown_restarts_once_the_cooldown_ends(tmp_path: Pa
     store = StateStore(cfg.state_dir)
     store.save(RemediationState(restarts=[clock[0] - 10]))  # one restart 10 s ago
     restarter, sink = RecordingRestarter(), MetricsSink(SIGS.ids, version="test")
-    hook = RemediationHook(cfg, SIGS, restarter=restarter, store=store, metrics=sink,
+    hook = RemediationHook(RemediationConfig.of(cfg), SIGS, restarter=restarter, store=store,
+                           metrics=sink,
                            episodes=episodes(1.0), wall=lambda: clock[0])  # fmt: skip
     daemon = FakeDaemon({"vllm": "0.14.0"})
     for t in range(5):  # the server is still hung; the cooldown counts down
@@ -94,13 +97,13 @@ def test_an_unwritable_state_dir_is_a_config_error_at_startup(tmp_path: Path, wh
         state_dir = "/proc/self"  # readable (no state file yet) but nothing can be created there
     values = {"restarter": "command", "restart_command": ["true"], "state_dir": state_dir}
     with pytest.raises(ConfigError, match="key 'state_dir'") as err:
-        make_remediation_hook(build_config({"remediate": True, **values}), SIGS, **collaborators())
+        make_remediation_hook(remedy_config({"remediate": True, **values}), SIGS, **collaborators())
     assert state_dir in str(err.value)
     if where == "proc":
         assert "write" in str(err.value)
         # a dry run records nothing in the state, so it does not need it writable
-        cfg = build_config({"dry_run": True, **values})
-        hook = make_remediation_hook(cfg, SIGS, **collaborators())
+        hook = make_remediation_hook(remedy_config({"dry_run": True, **values}), SIGS,
+                                     **collaborators())  # fmt: skip
         assert hook is not None
 
 
@@ -168,7 +171,8 @@ def test_a_restarter_bug_ends_as_failed(tmp_path: Path) -> None:
 
     cfg = build_config({"remediate": True, "state_dir": str(tmp_path / "st"), "cooldown_s": 0.0})
     sink = MetricsSink(SIGS.ids, version="test")
-    hook = RemediationHook(cfg, SIGS, restarter=BrokenRestarter(), store=StateStore(cfg.state_dir),
+    hook = RemediationHook(RemediationConfig.of(cfg), SIGS, restarter=BrokenRestarter(),
+                           store=StateStore(cfg.state_dir),
                            metrics=sink, episodes=episodes(1.0))  # fmt: skip
     daemon = FakeDaemon({"vllm": "0.14.0"})
     hook.on_tick(daemon.tick(obs(1.0), hang()))

@@ -9,17 +9,17 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from watchdog.engines.detect import EngineRef
+from watchdog.engines.detect import EngineInForce
 from watchdog.engines.loader import load_engines
+from watchdog.sources.base import SourceTick
 from watchdog.sources.httpget import HttpGet
 from watchdog.sources.server import ServerSource, parse_server_metrics, samples_of
 
-ENGINES = load_engines()  # EngineRef(ENGINES): a fresh engine in force per source
+ENGINES = load_engines()  # the profiles; the engine in force comes in each poll's tick
 SAMPLES = samples_of(ENGINES)  # what a server of an engine not yet recognised is read with
 
 DATA = Path(__file__).parent / "data"
@@ -110,13 +110,13 @@ def test_parse_garbage_is_a_clear_error() -> None:
 
 def test_bad_url_is_rejected() -> None:
     with pytest.raises(ValueError, match="not an http"):
-        ServerSource("127.0.0.1:8000", engine=EngineRef(ENGINES))
+        ServerSource("127.0.0.1:8000", engines=ENGINES)
 
 
 def test_poll_reads_metrics_and_health(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, _text("vllm_metrics_dp2.txt"))
     server.routes["/health"] = (200, "")
-    src = ServerSource(server.url + "/", engine=EngineRef(ENGINES))
+    src = ServerSource(server.url + "/", engines=ENGINES)
     try:
         s = src.poll()
     finally:
@@ -130,7 +130,7 @@ def test_engine_dead_health_503_is_recorded(server: FakeVllm) -> None:
     server.routes["/health"] = (503, "")
     client = HttpGet(urlsplit(server.url))
     try:
-        s = ServerSource(server.url, client=client, engine=EngineRef(ENGINES)).poll()
+        s = ServerSource(server.url, client=client, engines=ENGINES).poll()
     finally:
         client.close()
     assert s.up and s.health_status == 503
@@ -138,7 +138,7 @@ def test_engine_dead_health_503_is_recorded(server: FakeVllm) -> None:
 
 def test_metrics_404_marks_down_but_keeps_health(server: FakeVllm) -> None:
     server.routes["/health"] = (200, "")
-    src = ServerSource(server.url, engine=EngineRef(ENGINES))
+    src = ServerSource(server.url, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and "HTTP 404" in (s.error or "") and s.health_status == 200
@@ -147,14 +147,14 @@ def test_metrics_404_marks_down_but_keeps_health(server: FakeVllm) -> None:
 
 def test_garbage_body_marks_down(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, "<html>{{ not metrics\n")
-    src = ServerSource(server.url, engine=EngineRef(ENGINES))
+    src = ServerSource(server.url, engines=ENGINES)
     s = src.poll()
     src.close()
     assert not s.up and "Prometheus" in (s.error or "")
 
 
 def test_recovers_after_failure(server: FakeVllm) -> None:
-    src = ServerSource(server.url, engine=EngineRef(ENGINES))
+    src = ServerSource(server.url, engines=ENGINES)
     assert not src.poll().up
     server.routes["/metrics"] = (200, _text("vllm_metrics_fresh.txt"))
     assert src.poll().up and src.health.up
@@ -165,7 +165,7 @@ def test_connection_refused_gives_no_health_status() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
-    src = ServerSource(f"http://127.0.0.1:{port}", timeout_s=1.0, engine=EngineRef(ENGINES))
+    src = ServerSource(f"http://127.0.0.1:{port}", timeout_s=1.0, engines=ENGINES)
     sample = src.poll()
     src.close()
     assert not sample.up and sample.health_status is None and sample.error
@@ -173,7 +173,7 @@ def test_connection_refused_gives_no_health_status() -> None:
 
 
 def test_server_that_never_answers_fails_within_timeout(silent_port: int) -> None:
-    src = ServerSource(f"http://127.0.0.1:{silent_port}", timeout_s=0.3, engine=EngineRef(ENGINES))
+    src = ServerSource(f"http://127.0.0.1:{silent_port}", timeout_s=0.3, engines=ENGINES)
     start = time.monotonic()
     sample = src.poll()
     elapsed = time.monotonic() - start
@@ -195,18 +195,16 @@ vllm:prompt_tokens_total{model_name="m"} 99.0
 """
 
 
-def _sglang_ref() -> Any:
-    from watchdog.engines.detect import EngineRef
-    from watchdog.engines.loader import load_engines
-
-    return EngineRef(load_engines(), forced="sglang")
+def _forced(name: str) -> SourceTick:
+    """A tick whose engine in force is `name`, as --engine makes it."""
+    return SourceTick(engine=EngineInForce.at_start(ENGINES, name))
 
 
 def test_sglang_metrics_and_health_read_through_its_profile(server: FakeVllm) -> None:
     server.routes["/metrics"] = (200, SGLANG_PAGE)
     server.routes["/health"] = (503, "")
-    src = ServerSource(server.url, engine=_sglang_ref())
-    s = src.poll()
+    src = ServerSource(server.url, engines=ENGINES)
+    s = src.poll(_forced("sglang"))
     src.close()
     assert (s.prompt_tokens, s.generation_tokens, s.running, s.waiting) == (1200, 345, 3, 2)
     assert s.iterations is None  # SGLang has no per-step counter
@@ -214,21 +212,15 @@ def test_sglang_metrics_and_health_read_through_its_profile(server: FakeVllm) ->
 
 
 def test_vllm_503_stays_dead(server: FakeVllm) -> None:
-    from watchdog.engines.detect import EngineRef
-    from watchdog.engines.loader import load_engines
-
     server.routes["/metrics"] = (200, _text("vllm_metrics_serving.txt"))
     server.routes["/health"] = (503, "")
-    src = ServerSource(server.url, engine=EngineRef(load_engines(), forced="vllm"))
-    s = src.poll()
+    src = ServerSource(server.url, engines=ENGINES)
+    s = src.poll(_forced("vllm"))
     src.close()
     assert s.health_meaning == "dead" and s.prompt_tokens == 12480
 
 
 def test_trtllm_prometheus_path(server: FakeVllm) -> None:
-    from watchdog.engines.detect import EngineRef
-    from watchdog.engines.loader import load_engines
-
     # tensorrt_llm/metrics/collector.py names, served at /prometheus/metrics (openai_server.py)
     server.routes["/prometheus/metrics"] = (
         200,
@@ -236,8 +228,8 @@ def test_trtllm_prometheus_path(server: FakeVllm) -> None:
         'trtllm_num_requests_running{model_name="m",engine_type="trtllm"} 4.0\n',
     )
     server.routes["/health"] = (200, "")
-    src = ServerSource(server.url, engine=EngineRef(load_engines(), forced="trtllm"))
-    s = src.poll()
+    src = ServerSource(server.url, engines=ENGINES)
+    s = src.poll(_forced("trtllm"))
     src.close()
     assert s.up and (s.generation_tokens, s.running, s.health_meaning) == (77, 4, "ok")
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import load_engines
 from watchdog.sources.tcpdiag import DUMP_MODES, PortDiag, own_ports, port_filter, unanswered
 
@@ -186,7 +185,7 @@ def test_the_server_source_counts_a_clients_unanswered_request() -> None:
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     port = httpd.server_address[1]
-    source = ServerSource(f"http://127.0.0.1:{port}", engine=EngineRef(ENGINES))
+    source = ServerSource(f"http://127.0.0.1:{port}", engines=ENGINES)
     try:
         assert source.poll().unanswered == 0
         # A client of its own (the source leaves the watchdog's own connections out).

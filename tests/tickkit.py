@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from watchdog.core.classify import Thresholds
-from watchdog.core.model import LogEvent, Observation, StackSample, Verdict
+from watchdog.core.model import Observation, StackSample, Verdict
 from watchdog.core.tick import Tick
 from watchdog.core.window import Window
 from watchdog.outputs.emit import Emitter
@@ -32,7 +32,6 @@ class TickKit:
         self.window.progress.facts.update(facts or {})
         self.thresholds = Thresholds()
         self.clock = clock
-        self.injected: list[LogEvent] = []
         self.attached: list[tuple[StackSample, ...]] = []
 
     def tick(self, obs: Observation, verdict: Verdict, **timing: Any) -> Tick:
@@ -43,7 +42,6 @@ class TickKit:
             thresholds=self.thresholds,
             clock=self.clock,
             event=self.emitter.event,
-            inject=self.injected.append,
             attach_stacks=self.attached.append,
             **timing,
         )

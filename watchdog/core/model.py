@@ -174,6 +174,33 @@ class StackSample:
 
 
 @dataclass(frozen=True)
+class CanaryResult:
+    """The idle canary's answer to its one `max_tokens: 1` completion (sources/canary.py).
+
+    `timed_out`: no answer within `waited_s`, so the request is work pending since it was
+    sent; any other outcome (an answer, an error status) is the server answering."""
+
+    timed_out: bool
+    waited_s: float = 0.0
+    result: str = ""  # "ok", "timeout" or "error: ..."
+
+
+def canary_from_logs(logs: tuple[LogEvent, ...]) -> CanaryResult | None:
+    """The canary's answer as releases before its own field recorded it: a log event of kind
+    `canary` (fields timed_out, waited_s) injected into the observation; the last one wins."""
+    found = None
+    for ev in logs:
+        if ev.kind == "canary":
+            f = ev.fields
+            found = CanaryResult(
+                timed_out=bool(f.get("timed_out")),
+                waited_s=float(f.get("waited_s") or 0.0),
+                result=ev.line.removeprefix("canary completion: "),
+            )
+    return found
+
+
+@dataclass(frozen=True)
 class Observation:
     """Everything the sources saw in one tick. A source that is down contributes nothing."""
 
@@ -198,8 +225,14 @@ class Observation:
     log_skipped: dict[str, int] = field(default_factory=dict)
     # NCCL's own view (sources/nccl_ras.py): the latest RAS result, None when not queried.
     nccl_ras: dict[str, Any] | None = None
+    # The idle canary's answer this tick (sources/canary.py); None when none came back.
+    canary: CanaryResult | None = None
 
     def __post_init__(self) -> None:
+        # Timelines recorded before the canary had its own field carried its answer as a log
+        # event of kind `canary`: read there, it lands in the field (the event stays a line).
+        if self.canary is None and self.logs:
+            object.__setattr__(self, "canary", canary_from_logs(self.logs))
         # Timelines and bundles recorded before RAS had its own field carried it as the fact
         # `nccl_ras`: read there, it lands in the field, so old recordings replay the same.
         if self.nccl_ras is None and isinstance(self.facts.get("nccl_ras"), dict):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from watchdog.core.classify import Thresholds
-from watchdog.core.model import LogEvent, Observation, StackSample, Verdict
+from watchdog.core.model import Observation, StackSample, Verdict
 from watchdog.core.window import Window
 
 
@@ -29,12 +29,13 @@ class Tick:
     thresholds: Thresholds
     clock: Callable[[], float]  # the loop's monotonic clock
     event: EventSink
-    # An event a hook observed itself (the idle canary's answer) joins the next observation.
-    inject: Callable[[LogEvent], None]
     # Stack dumps that finished in the background join the next observation as evidence.
     attach_stacks: Callable[[tuple[StackSample, ...]], None]
     last_loop_s: float | None = None  # the previous iteration's full duration; None before it
     lag_s: float = 0.0  # how late this iteration started against its schedule
+    # The engine in force this tick (its profile's name: "unknown" until one is recognised),
+    # forced by --engine or detected by the process source; hooks look its profile up.
+    engine: str = "unknown"
 
 
 class Hook(Protocol):

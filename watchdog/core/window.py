@@ -24,7 +24,7 @@ from watchdog.core.events import (
     startup_phase,
     typed,
 )
-from watchdog.core.model import LogEvent, Observation
+from watchdog.core.model import CanaryResult, LogEvent, Observation
 from watchdog.core.ranks import RankRules
 from watchdog.core.witnesses import Witnesses
 
@@ -146,6 +146,8 @@ class Window:
         p.facts.update({k: v for k, v in obs.facts.items() if v is not None})
         for ev in obs.logs:
             self._log_event(ev, obs.t)
+        if obs.canary is not None:
+            self._canary(obs.canary, obs.t)
         if obs.server is not None and obs.server.up:
             self._metrics(obs)
         if obs.procs is not None and p.phase == "loading":
@@ -216,7 +218,7 @@ class Window:
 
     def _log_event(self, ev: LogEvent, t: float) -> None:
         """One line's meaning (core/events.py) applied: its phase, its progress, its witness."""
-        p, f = self.progress, ev.fields
+        p = self.progress
         te = typed(ev)
         phase = startup_phase(te)
         if phase is not None and not (phase is Phase.READY and p.phase == "ready"):
@@ -237,13 +239,6 @@ class Window:
             self._heartbeat(te, t)
         elif ev.kind == "not_generating":
             p.witnesses.on_not_generating(t)
-        elif ev.kind == "canary":
-            # A request the watchdog sent itself: unanswered, it is work pending since it was sent.
-            if f.get("timed_out"):
-                p.canary_since = t - float(f.get("waited_s") or 0.0)
-            else:
-                p.canary_since = None
-                self._advance(t, "canary request answered")
 
     def _heartbeat(self, hb: Heartbeat, t: float) -> None:
         """A launcher still waiting while the server loads: the phase is loading, and the wait
@@ -255,6 +250,15 @@ class Window:
             self._set_phase(hb.phase.value, t)
         if p.heartbeat_since is None:
             p.heartbeat_since, p.heartbeat_what = t, hb.waits_for
+
+    def _canary(self, answer: CanaryResult, t: float) -> None:
+        """A request the watchdog sent itself: unanswered, it is work pending since it was sent
+        (an old timeline's `canary` log event reaches here through Observation too)."""
+        if answer.timed_out:
+            self.progress.canary_since = t - answer.waited_s
+        else:
+            self.progress.canary_since = None
+            self._advance(t, "canary request answered")
 
     def _metrics(self, obs: Observation) -> None:
         p, v = self.progress, obs.server

@@ -19,16 +19,11 @@ from typing import Any
 from watchdog.config import Config
 from watchdog.core.classify import Thresholds, classify
 from watchdog.core.gpuscope import in_container, server_gpus
-from watchdog.core.model import (
-    GpuSample,
-    LogEvent,
-    Observation,
-    StackSample,
-    Verdict,
-)
+from watchdog.core.model import GpuSample, Observation, StackSample, Verdict
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.tick import Hook, Tick
 from watchdog.core.window import Window
+from watchdog.engines.detect import EngineInForce
 from watchdog.outputs.emit import Emitter
 from watchdog.sources.base import Source, SourceTick
 from watchdog.sources.deadline import DeadlineCall
@@ -110,9 +105,12 @@ class Daemon:
         *,
         hooks: list[Hook] | None = None,
         emitter: Emitter | None = None,
+        engine: EngineInForce | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """`engine`: the engine in force at start (forced by --engine, else none yet); each
+        tick's sources get the latest one and the process source may detect another."""
         self.cfg, self.sigs = cfg, sigs
         self.sources: list[Source] = list(sources)
         _check_parts(self.sources)
@@ -126,9 +124,9 @@ class Daemon:
         )
         self.thresholds = Thresholds.from_config(cfg)
         self.verdict: Verdict | None = None
+        self.engine = engine if engine is not None else EngineInForce()
         self.stats = LoopStats()
         self._pending_stacks: tuple[StackSample, ...] = ()
-        self._injected: list[LogEvent] = []
         self._server_environ: dict[str, str] | None = None
         self._gpu_scope: tuple[str, tuple[int, ...]] | None = None
         self._gpu_pick: tuple[int | None, frozenset[str]] | None = None  # (target, GPU ids)
@@ -138,10 +136,6 @@ class Daemon:
     def source(self, name: str) -> Any:
         """The source called `name`, or None when there is none (for wiring and hooks)."""
         return next((s for s in self.sources if s.name == name), None)
-
-    def inject(self, event: LogEvent) -> None:
-        """An event a hook observed itself (the idle canary) goes into the next observation."""
-        self._injected.append(event)
 
     def attach_stacks(self, stacks: tuple[StackSample, ...]) -> None:
         """Stack dumps that finished in the background go into the next observation."""
@@ -155,12 +149,14 @@ class Daemon:
 
     def observe(self) -> Observation:
         """One tick's snapshot of every source; a failing source contributes nothing."""
-        tick = SourceTick()
+        last_state = self.verdict.state if self.verdict is not None else None
+        tick = SourceTick(engine=self.engine, last_state=last_state)
         parts: dict[str, Any] = {}
         for polled in self._polled:
             got = polled.poll(tick)
             if got is not None:
                 parts[polled.source.part] = tuple(got) if isinstance(got, list) else got
+        self.engine = tick.engine  # the process source's detection, for the next tick and hooks
         gpus = self._server_gpus(parts.get("gpus", ()), tick)
         facts = dict(parts.get("facts", {}))
         if gpus:  # recorded in the timeline; survives a restart of the server (window.py)
@@ -171,7 +167,7 @@ class Daemon:
             **{
                 **parts,
                 "gpus": tuple(gpus),
-                "logs": tuple(parts.get("logs", ())) + tuple(self._injected),
+                "logs": tuple(parts.get("logs", ())),
                 "facts": facts,
             },
             stacks=self._pending_stacks,
@@ -179,7 +175,6 @@ class Daemon:
             log_skipped=self._log_skipped(),
         )
         self._pending_stacks = ()
-        self._injected = []
         return obs
 
     def _server_gpus(self, gpus: Sequence[GpuSample], tick: SourceTick) -> tuple[GpuSample, ...]:
@@ -240,7 +235,7 @@ class Daemon:
             thresholds=self.thresholds,
             clock=self.clock,
             event=self.emitter.event,
-            inject=self.inject,
+            engine=self.engine.profile.name,
             attach_stacks=self.attach_stacks,
             # The previous iteration's full duration (this one is still running its hooks).
             last_loop_s=self.stats.last_duration_s if self.stats.iterations else None,

@@ -8,21 +8,38 @@ import os
 import re
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from watchdog import __version__
 from watchdog.config import Config, ConfigError
 from watchdog.configcheck import check_stale_after, check_watchdog_interval
 from watchdog.core.model import Observation
 from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.core.tick import Hook
+from watchdog.daemon.episodes import EpisodeHook
 from watchdog.daemon.loop import Daemon
 from watchdog.daemon.supervise import Supervisor
+from watchdog.engines.detect import EngineInForce
+from watchdog.engines.loader import EngineSet
 from watchdog.knowledge import Knowledge
 from watchdog.outputs.emit import Emitter
+from watchdog.remediation.settings import RemediationConfig
 from watchdog.sources.base import Source
+
+if TYPE_CHECKING:  # built on demand: the default daemon must not import what it does not run
+    from watchdog.outputs.export import MetricsSink
+    from watchdog.outputs.metrics_http import MetricsServer
+    from watchdog.remediation.hook import RemediationHook
+    from watchdog.sources.canary import CanarySource
+    from watchdog.sources.conns import ConnSource
+    from watchdog.sources.facts import FactsSource
+    from watchdog.sources.gpu.source import AnyGpuSource
+    from watchdog.sources.logs.source import BlockReader, LogSource, StreamReader
+    from watchdog.sources.nccl_ras import RasSource
+    from watchdog.sources.procs import ProcSource, TargetFinder
+    from watchdog.sources.server import ServerSource
+    from watchdog.sources.stacks.capture import StackCapturer
 
 log = logging.getLogger("hang_watchdog.wiring")
 
@@ -32,15 +49,16 @@ class Built:
     """A ready-to-run daemon and what the CLI needs to manage it."""
 
     daemon: Daemon
+    # The engine profiles in force (shipped + --engines files); the engine detected among them
+    # travels in each tick (daemon.engine is the latest).
+    engines: EngineSet
     supervisor: Supervisor | None = None
-    server: Any = None  # MetricsServer
-    metrics: Any = None  # MetricsSink
-    episodes: Any = None  # EpisodeHook
-    stdin: Any = None  # the StreamReader of `--log-file -`: its EOF means the pipe closed
-    extras: list[Any] = field(default_factory=list)
-    engine: Any = None  # EngineRef: the engine profile in force (forced or detected)
-    capturer: Any = None  # StackCapturer: its py-spy runs are killed at shutdown
-    remediation: Any = None  # RemediationHook, when remediation is on
+    server: MetricsServer | None = None
+    metrics: MetricsSink | None = None
+    episodes: EpisodeHook | None = None
+    stdin: StreamReader | None = None  # the reader of `--log-file -`: its EOF means the pipe closed
+    capturer: StackCapturer | None = None  # its py-spy runs are killed at shutdown
+    remediation: RemediationHook | None = None  # when remediation is on
 
     @property
     def restarting(self) -> bool:
@@ -66,35 +84,38 @@ def build(
     kb = knowledge or load_for(cfg)
     sigs = kb.signatures
     engine = _engine(cfg, kb)
+    remedy = RemediationConfig.of(cfg)  # built once: remediation reads only its own keys
     supervisor = Supervisor(cfg.command, death_pattern=_death(sigs)) if cfg.command else None
-    logs, stdin = _logs(cfg, sigs, supervisor, engine)
-    procs = _procs(cfg, supervisor, engine)
+    logs, stdin = _logs(cfg, sigs, supervisor, kb.engines)
+    procs = _procs(cfg, supervisor, kb.engines)
+    emitter = emitter or Emitter(cfg.log_format)
+    gpu = _gpu(cfg)
     # Polled in this order: the procs source first, its target and tree in the tick for the
     # others; the facts source reads the environment the others reuse. The log source comes
     # before the server scrape: its first poll starts at the end of the file (`tail -F`), so a
     # line written while the scrape waits would be missed.
-    listed = (
+    listed: tuple[Source | None, ...] = (
         procs,
-        _facts(cfg, engine, kb),
-        _gpu(cfg),
+        _facts(kb),
+        gpu,
         logs,
-        _server(cfg, engine),
+        _server(cfg, kb.engines),
         _conns(cfg) if procs is not None else None,
         _ras(cfg),
+        _canary(cfg, emitter),
     )
     sources: list[Source] = [s for s in listed if s is not None]
-    emitter = emitter or Emitter(cfg.log_format)
-    daemon = Daemon(cfg, sigs, sources, emitter=emitter)
+    daemon = Daemon(cfg, sigs, sources, emitter=emitter, engine=engine)
     if emitter.remediation is None:  # the verdict block says what --remediate does about it
         from watchdog.remediation.describe import remediation_note
 
         emitter.remediation = lambda v: remediation_note(
-            cfg, sigs, v, daemon.window.progress.facts, engine=engine.profile
+            remedy, sigs, v, daemon.window.progress.facts, engine=daemon.engine.profile
         )
-    built = Built(daemon=daemon, supervisor=supervisor, stdin=stdin, engine=engine)
+    built = Built(daemon=daemon, engines=kb.engines, supervisor=supervisor, stdin=stdin)
     _metrics(cfg, sigs, built)
-    _episodes(cfg, built, kb.packages)
-    _remediation(cfg, sigs, built)
+    _episodes(cfg, remedy, built, kb.packages, logs=logs, gpu=gpu)
+    _remediation(cfg, remedy, sigs, built)
     _notify(built)
     return built
 
@@ -106,7 +127,7 @@ def _death(sigs: SignatureSet) -> re.Pattern[str] | None:
     return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None
 
 
-def _gpu(cfg: Config) -> Any:
+def _gpu(cfg: Config) -> AnyGpuSource | None:
     from watchdog.sources.gpu.source import make_gpu_source
 
     if cfg.gpu_source.strip() == "none":
@@ -132,24 +153,22 @@ def load_for(cfg: Config) -> Knowledge:
     return Knowledge.of(sigs, engines)
 
 
-def _engine(cfg: Config, kb: Knowledge) -> Any:
-    """The engine profiles (shipped + --engines files) and the one forced by --engine."""
-    from watchdog.engines.detect import EngineRef
-
+def _engine(cfg: Config, kb: Knowledge) -> EngineInForce:
+    """The engine in force at start: the one forced by --engine, else none recognised yet."""
     try:
-        return EngineRef(kb.engines, cfg.engine)
+        return EngineInForce.at_start(kb.engines, cfg.engine)
     except ValueError as exc:
         raise ConfigError(f"key 'engine': {exc}") from exc
 
 
 def _logs(
-    cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engine: Any
-) -> tuple[Any, Any]:
+    cfg: Config, sigs: SignatureSet, supervisor: Supervisor | None, engines: EngineSet
+) -> tuple[LogSource | None, StreamReader | None]:
     """The log source, and the standard-input reader when `--log-file -` (its EOF counts)."""
     from watchdog.sources.logs.parse import LogPatterns
     from watchdog.sources.logs.source import FileFollower, LogSource, StreamReader
 
-    readers: list[Any] = []
+    readers: list[BlockReader] = []
     stdin = None
     for path in cfg.log_files:
         if path == "-":
@@ -165,7 +184,7 @@ def _logs(
         readers.append(supervisor.reader())
     if not readers:
         return None, None
-    patterns = LogPatterns.from_engines(engine.engines)  # operator profiles' lines too
+    patterns = LogPatterns.from_engines(engines)  # operator profiles' lines too
     # Half a tick for parsing, at most 0.3 s: the loop stays under its tick through a burst
     # (what the budget leaves is carried to the next tick, not dropped).
     budget = min(0.3, cfg.tick_s / 2)
@@ -175,23 +194,24 @@ def _logs(
     return source, stdin
 
 
-def _server(cfg: Config, engine: Any) -> Any:
+def _server(cfg: Config, engines: EngineSet) -> ServerSource | None:
     if not cfg.server_url:
         return None
     from watchdog.sources.server import ServerSource
 
     try:
-        return ServerSource(cfg.server_url, engine=engine)
+        return ServerSource(cfg.server_url, engines=engines)
     except ValueError as exc:
         raise ConfigError(f"key 'server_url': {exc}") from exc
 
 
-def _procs(cfg: Config, supervisor: Supervisor | None, engine: Any) -> Any:
+def _procs(cfg: Config, supervisor: Supervisor | None, engines: EngineSet) -> ProcSource | None:
     from watchdog.sources import procs
 
     try:
+        finder: TargetFinder
         if supervisor is not None:
-            finder: Any = procs.ChildTarget(supervisor.current)
+            finder = procs.ChildTarget(supervisor.current)
         elif cfg.pid is not None:
             finder = procs.PidTarget(cfg.pid)
         elif cfg.match:
@@ -202,10 +222,10 @@ def _procs(cfg: Config, supervisor: Supervisor | None, engine: Any) -> Any:
             return None
     except (ValueError, re.error) as exc:
         raise ConfigError(f"target: {exc}") from exc
-    return procs.ProcSource(finder, engine=engine)
+    return procs.ProcSource(finder, engines=engines)
 
 
-def _conns(cfg: Config) -> Any:
+def _conns(cfg: Config) -> ConnSource:
     from watchdog.sources.conns import DEFAULT_CDN, CdnHosts, ConnSource, Resolver
 
     try:
@@ -217,14 +237,14 @@ def _conns(cfg: Config) -> Any:
     return ConnSource(hosts, Resolver(quiet=quiet))
 
 
-def _facts(cfg: Config, engine: Any, kb: Knowledge) -> Any:
+def _facts(kb: Knowledge) -> FactsSource:
     from watchdog.sources.facts import FactsSource
 
     # Operator profiles' distributions are recorded too (--engines FILE).
-    return FactsSource(packages=kb.packages, modules=kb.modules, engine=engine)
+    return FactsSource(packages=kb.packages, modules=kb.modules)
 
 
-def _ras(cfg: Config) -> Any:
+def _ras(cfg: Config) -> RasSource | None:
     if cfg.nccl_ras == "off":
         return None
     from watchdog.sources.nccl_ras import DEFAULT_ADDR, RasClient, RasSource
@@ -233,6 +253,24 @@ def _ras(cfg: Config) -> Any:
     configured = bool(cfg.nccl_ras_addr) or cfg.nccl_ras == "on"
     return RasSource(
         client, mode=cfg.nccl_ras, interval_s=cfg.nccl_ras_interval_s, configured=configured
+    )
+
+
+def _canary(cfg: Config, emitter: Emitter) -> CanarySource | None:
+    """The idle canary (None when `canary` is off): a source whose answer is the
+    Observation's `canary` field."""
+    if not cfg.canary:
+        return None
+    if not cfg.server_url:
+        raise ConfigError("key 'canary': needs server_url (the server's OpenAI-compatible API)")
+    # Imported here: the default daemon must not load httpx through the canary.
+    from watchdog.sources.canary import CanarySource
+
+    return CanarySource(
+        cfg.server_url,
+        idle_s=cfg.canary_idle_s,
+        timeout_s=cfg.canary_timeout_s,
+        event=emitter.event,
     )
 
 
@@ -261,9 +299,15 @@ def _metrics(cfg: Config, sigs: SignatureSet, built: Built) -> None:
         built.server = MetricsServer(sink, cfg.metrics_addr)
 
 
-def _episodes(cfg: Config, built: Built, packages: tuple[str, ...]) -> None:
-    from watchdog.daemon.episodes import EpisodeHook
-
+def _episodes(
+    cfg: Config,
+    remedy: RemediationConfig,
+    built: Built,
+    packages: tuple[str, ...],
+    *,
+    logs: LogSource | None,
+    gpu: AnyGpuSource | None,
+) -> None:
     capturer = None
     if cfg.stacks and built.daemon.source("procs") is not None:
         from watchdog.sources.stacks.capture import StackCapturer
@@ -279,7 +323,7 @@ def _episodes(cfg: Config, built: Built, packages: tuple[str, ...]) -> None:
     from watchdog.remediation.factory import incident_dir
 
     writer = None
-    bundles = incident_dir(cfg)  # remediation defaults it: evidence before any restart
+    bundles = incident_dir(remedy)  # remediation defaults it: evidence before any restart
     if bundles:
         from watchdog.outputs.incident import IncidentWriter
 
@@ -288,18 +332,16 @@ def _episodes(cfg: Config, built: Built, packages: tuple[str, ...]) -> None:
             max_incidents=cfg.max_incidents,
             max_bytes=cfg.max_incident_bytes,
         )
-    logs = built.daemon.source("logs")
     hook = EpisodeHook(
         capturer=capturer,
         writer=writer,
         log_tail=(lambda: logs.tail(500)) if logs is not None else (lambda: ()),
-        environment=lambda obs: _environment(built.daemon, obs, packages),
+        environment=lambda obs: _environment(built.daemon, gpu, obs, packages),
         metrics=built.metrics,
         capture_wait_s=cfg.stack_deadline_s * 3 + cfg.stack_second_after_s + 5,
     )
     built.episodes = hook
     built.daemon.hooks.append(hook)
-    built.extras.append(capturer)
 
 
 def _incident_root(path: str, *, defaulted: bool = False) -> Path:
@@ -324,11 +366,12 @@ def _incident_root(path: str, *, defaulted: bool = False) -> Path:
     return root
 
 
-def _environment(daemon: Daemon, obs: Observation, packages: tuple[str, ...]) -> dict[str, Any]:
+def _environment(
+    daemon: Daemon, gpu: AnyGpuSource | None, obs: Observation, packages: tuple[str, ...]
+) -> dict[str, Any]:
     from watchdog.outputs.incident import build_environment
     from watchdog.sources.pyenv import COMMON
 
-    gpu = daemon.source("gpu")
     driver = None
     if gpu is not None and hasattr(gpu, "driver_version"):
         try:
@@ -351,26 +394,23 @@ def _environment(daemon: Daemon, obs: Observation, packages: tuple[str, ...]) ->
     return env
 
 
-def _remediation(cfg: Config, sigs: SignatureSet, built: Built) -> None:
-    if not (cfg.remediate or cfg.dry_run or cfg.canary):
+def _remediation(cfg: Config, remedy: RemediationConfig, sigs: SignatureSet, built: Built) -> None:
+    if not remedy.on:
         return  # factory's own rule for "no hook"; not importing it saves about 1 MiB RSS
     from watchdog.outputs.fleet import FleetLabels
     from watchdog.outputs.sdnotify import child_environ
-    from watchdog.remediation.factory import make_canary, make_remediation_hook
+    from watchdog.remediation.factory import make_remediation_hook
 
-    canary: Hook | None = make_canary(cfg)
-    if canary is not None:
-        built.daemon.hooks.append(canary)
-    engine = built.engine
-    hook: Hook | None = make_remediation_hook(
-        cfg,
+    assert built.episodes is not None  # _episodes ran first: evidence before any restart
+    hook = make_remediation_hook(
+        remedy,
         sigs,
         episodes=built.episodes,
         event=built.daemon.emitter.event,
         supervisor=built.supervisor,
         child_env=child_environ,
         metrics=built.metrics,
-        engine=lambda: engine.profile if engine is not None else None,
+        engines=built.engines,
         node=FleetLabels.resolve(cfg.deployment, cfg.node).node,
     )
     if hook is not None:

@@ -8,6 +8,7 @@ The launcher's command line is the reliable part: SGLang's children overwrite th
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import GENERIC, EngineProfile
@@ -30,29 +31,34 @@ def detect_engine(
     return GENERIC, "no engine profile matches the command line or the process titles"
 
 
-class EngineRef:
-    """The engine in force for this run: forced by --engine, else detected per target."""
+@dataclass(frozen=True)
+class EngineInForce:
+    """The engine in force for this run, as a value: forced by --engine, else detected by the
+    process source from each new target. It travels in the loop's tick (sources/base.py
+    SourceTick); nothing shares a mutable one."""
 
-    def __init__(self, engines: EngineSet, forced: str | None = None) -> None:
-        self.engines = engines
-        self.forced = forced
-        self.profile: EngineProfile = GENERIC
-        self.why = "not detected yet"
-        if forced:
-            found = engines.get(forced)
-            if found is None:
-                raise ValueError(
-                    f"--engine {forced!r} is not a known engine; known: {', '.join(engines.names)}"
-                    " (add one with --engines FILE)"
-                )
-            self.profile, self.why = found, "forced by --engine"
+    profile: EngineProfile = GENERIC
+    why: str = "not detected yet"
+    forced: bool = False
 
-    def observe(self, cmdline: str, titles: Iterable[str]) -> bool:
-        """Detect from a (new) target; True when the engine changed."""
+    @classmethod
+    def at_start(cls, engines: EngineSet, forced: str | None = None) -> EngineInForce:
+        """The engine before any target is seen; ValueError for an unknown --engine name."""
+        if not forced:
+            return cls()
+        found = engines.get(forced)
+        if found is None:
+            raise ValueError(
+                f"--engine {forced!r} is not a known engine; known: {', '.join(engines.names)}"
+                " (add one with --engines FILE)"
+            )
+        return cls(found, "forced by --engine", forced=True)
+
+    def observed(self, engines: EngineSet, cmdline: str, titles: Iterable[str]) -> EngineInForce:
+        """The engine after seeing a (new) target: this one when forced or unchanged."""
         if self.forced:
-            return False
-        profile, why = detect_engine(self.engines, cmdline, titles)
-        changed = profile.name != self.profile.name
-        if changed or self.profile is GENERIC:
-            self.profile, self.why = profile, why
-        return changed
+            return self
+        profile, why = detect_engine(engines, cmdline, titles)
+        if profile.name != self.profile.name or self.profile is GENERIC:
+            return EngineInForce(profile, why)
+        return self

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from watchdog.config import Config
 from watchdog.core.model import Verdict
+from watchdog.remediation.settings import RemediationConfig
 
 Query = Callable[[str], list[dict[str, Any]]]  # PromQL -> the API's `data.result`
 CAUSE = "hang_watchdog_rank_cause_priority"
@@ -108,7 +108,7 @@ class FleetDecider:
 
     def __init__(
         self,
-        cfg: Config,
+        cfg: RemediationConfig,
         node: str,
         query: Query | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -226,7 +226,7 @@ class FleetDecider:
         return float(result[0]["value"][1]) if result else None
 
 
-def decider_for(cfg: Config, node: str) -> FleetDecider | None:
+def decider_for(cfg: RemediationConfig, node: str) -> FleetDecider | None:
     """The cause mode's decider for this node of a deployment (None outside cause mode)."""
     if not cfg.deployment or cfg.fleet_remediation != "cause":
         return None
@@ -237,7 +237,9 @@ def _quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def fleet_block(cfg: Config, verdict: Verdict, decider: FleetDecider | None = None) -> str | None:
+def fleet_block(
+    cfg: RemediationConfig, verdict: Verdict, decider: FleetDecider | None = None
+) -> str | None:
     """Why this instance must not act for its deployment, or None when it may (or no fleet)."""
     if not cfg.deployment:
         return None

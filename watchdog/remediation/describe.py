@@ -8,18 +8,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from watchdog.config import Config
 from watchdog.core.model import Verdict
 from watchdog.core.signatures import SignatureSet
+from watchdog.engines.profile import EngineProfile
 from watchdog.remediation.plan import PlanError, make_plan
+from watchdog.remediation.settings import RemediationConfig
 
 
 def remediation_note(
-    cfg: Config,
+    cfg: RemediationConfig,
     sigs: SignatureSet,
     verdict: Verdict,
     facts: Mapping[str, Any],
-    engine: Any = None,
+    engine: EngineProfile | None = None,
 ) -> str:
     """`off; with --remediate it would restart with fallback X: ARGS`, or '' for no plan.
 

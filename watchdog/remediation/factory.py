@@ -1,55 +1,38 @@
-"""Builds the remediation hook and the canary from the config: the restarter, the state."""
+"""Builds the remediation hook from its config: the restarter, the state, the fleet rule."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from watchdog.config import Config, ConfigError
+from watchdog.config import ConfigError
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.tick import EventSink
 from watchdog.remediation.collaborators import Evidence, RemediationMetrics
+from watchdog.remediation.settings import RemediationConfig
 
 if TYPE_CHECKING:  # the default daemon must not import the hooks (httpx, psutil, threads)
-    from watchdog.engines.profile import EngineProfile
-    from watchdog.remediation.canary import CanaryHook
+    from watchdog.engines.loader import EngineSet
     from watchdog.remediation.hook import RemediationHook
     from watchdog.remediation.restarters import EnvFilter, Supervised
 
 log = logging.getLogger("hang_watchdog.remediation")
 
 
-def acts(cfg: Config) -> bool:
-    """Whether remediation restarts anything (a dry run only reports)."""
-    return cfg.remediate and not cfg.dry_run
-
-
-def incident_dir(cfg: Config) -> str | None:
+def incident_dir(cfg: RemediationConfig) -> str | None:
     """Where bundles go: `incident_dir`, or `<state_dir>/incidents` when remediation acts, so
     every restart has its evidence on disk first."""
-    if cfg.incident_dir or not acts(cfg):
+    if cfg.incident_dir or not cfg.acts:
         return cfg.incident_dir
     path = str(Path(cfg.state_dir) / "incidents")
     log.info("remediation is on and incident_dir is not set: incident bundles go to %s", path)
     return path
 
 
-def make_canary(cfg: Config) -> CanaryHook | None:
-    """The idle canary hook for `cfg` (None when `canary` is off)."""
-    if not cfg.canary:
-        return None
-    if not cfg.server_url:
-        raise ConfigError("key 'canary': needs server_url (the server's OpenAI-compatible API)")
-    # Imported here: the default daemon must not load httpx through the canary.
-    from watchdog.remediation.canary import CanaryHook
-
-    return CanaryHook(cfg.server_url, idle_s=cfg.canary_idle_s, timeout_s=cfg.canary_timeout_s)
-
-
 def make_remediation_hook(
-    cfg: Config,
+    cfg: RemediationConfig,
     sigs: SignatureSet,
     *,
     episodes: Evidence,
@@ -57,13 +40,14 @@ def make_remediation_hook(
     supervisor: Supervised | None,
     child_env: EnvFilter,
     metrics: RemediationMetrics | None = None,
-    engine: Callable[[], EngineProfile | None] = lambda: None,
+    engines: EngineSet | None = None,
     node: str = "",
 ) -> RemediationHook | None:
     """The hook for `cfg` (None when remediation and dry run are both off). `node` names this
     host in a deployment (outputs/fleet.py FleetLabels); `child_env` strips what a supervised
-    child must not inherit (outputs/sdnotify.py child_environ)."""
-    if not (cfg.remediate or cfg.dry_run):
+    child must not inherit (outputs/sdnotify.py child_environ); `engines`: the profiles the
+    tick's engine in force is looked up in, for its spelling of each fallback."""
+    if not cfg.on:
         return None
     # Imported here: the default daemon (both off) reads incident_dir() from this module
     # and must not load the hook, or httpx through the smoke test.
@@ -79,7 +63,7 @@ def make_remediation_hook(
         state = store.load()
     except StateError as exc:
         raise ConfigError(f"key 'state_dir': {exc}") from exc
-    if acts(cfg):
+    if cfg.acts:
         try:
             store.check_writable()
         except OSError as exc:
@@ -89,7 +73,7 @@ def make_remediation_hook(
                 "acts: make it a directory the watchdog can write, or set state_dir elsewhere"
             ) from exc
     restarter = make_restarter(cfg, supervisor, child_env)
-    if isinstance(restarter, SuperviseRestarter) and state.active and acts(cfg):
+    if isinstance(restarter, SuperviseRestarter) and state.active and cfg.acts:
         restarter.apply_at_start(state.active)
         event(
             "remediation",
@@ -103,7 +87,7 @@ def make_remediation_hook(
         store=store,
         metrics=metrics,
         episodes=episodes,
-        engine=engine,
+        engines=engines,
         fleet=decider_for(cfg, node),
     )
 

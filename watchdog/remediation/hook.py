@@ -12,9 +12,9 @@ import dataclasses
 import logging
 from collections.abc import Callable, Hashable
 
-from watchdog.config import Config
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.tick import Tick
+from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import EngineProfile
 from watchdog.remediation.collaborators import Evidence, NoMetrics, RemediationMetrics
 from watchdog.remediation.decide import UNASKED, Decision, Facts, Kind, decide
@@ -24,6 +24,7 @@ from watchdog.remediation.limits import SteadyWall, gate
 from watchdog.remediation.machine import Attempt, Machine, Phase
 from watchdog.remediation.plan import Plan, PlanError, make_plan
 from watchdog.remediation.restarters import Restarter, RestartJob
+from watchdog.remediation.settings import RemediationConfig
 from watchdog.remediation.state import RemediationState, StateStore
 from watchdog.remediation.verify import Outcome, SmokeTest, Verifier
 
@@ -35,7 +36,7 @@ class RemediationHook:
 
     def __init__(
         self,
-        cfg: Config,
+        cfg: RemediationConfig,
         sigs: SignatureSet,
         *,
         restarter: Restarter,
@@ -43,13 +44,15 @@ class RemediationHook:
         episodes: Evidence,
         metrics: RemediationMetrics | None = None,
         wall: Callable[[], float] | None = None,
-        engine: Callable[[], EngineProfile | None] = lambda: None,
+        engines: EngineSet | None = None,
         fleet: FleetDecider | None = None,
     ) -> None:
         self.cfg, self.sigs, self.restarter = cfg, sigs, restarter
         self.episodes = episodes
         self.metrics: RemediationMetrics = metrics if metrics is not None else NoMetrics()
-        self.engine = engine  # the engine profile in force: whose spelling of each fallback
+        # The profiles the tick's engine in force is looked up in: whose spelling of each
+        # fallback (none: the shipped spelling).
+        self.engines = engines
         self.fleet = fleet  # cause mode of a deployment (remediation/deployment.py)
         self.wall = wall or SteadyWall()
         self.kept = KeptState(store, self.wall)
@@ -113,6 +116,10 @@ class RemediationHook:
             else:
                 self._handled = key
 
+    def _engine(self, tick: Tick) -> EngineProfile | None:
+        """The profile of the tick's engine in force; None while none is recognised."""
+        return self.engines.get(tick.engine) if self.engines is not None else None
+
     def _facts(self, tick: Tick, key: Hashable | None) -> Facts:
         """What decide() needs; the limits are checked against the steady wall clock."""
         cfg, verdict = self.cfg, tick.verdict
@@ -121,7 +128,7 @@ class RemediationHook:
         try:
             plan = make_plan(verdict, self.sigs, tick.window.progress.facts,
                              cfg.fallback_overrides, self.state.active,
-                             engine=self.engine())  # fmt: skip
+                             engine=self._engine(tick))  # fmt: skip
         except PlanError as exc:
             error = str(exc)
         limits = gate(self.state, self.wall(), cooldown_s=cfg.cooldown_s,

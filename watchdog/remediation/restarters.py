@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 import psutil
 
-from watchdog.config import Config, ConfigError
+from watchdog.config import ConfigError
 from watchdog.remediation.plan import Plan
+from watchdog.remediation.settings import RemediationConfig
 from watchdog.remediation.state import atomic_write
 
 log = logging.getLogger("hang_watchdog.remediation")
@@ -275,7 +276,9 @@ class CommandRestarter:
         return f"ran {' '.join(argv)}"
 
 
-def make_restarter(cfg: Config, supervisor: Supervised | None, child_env: EnvFilter) -> Restarter:
+def make_restarter(
+    cfg: RemediationConfig, supervisor: Supervised | None, child_env: EnvFilter
+) -> Restarter:
     """The restarter `cfg.restarter` names; ConfigError when its settings are missing."""
     if cfg.restarter == "supervise":
         if supervisor is None:

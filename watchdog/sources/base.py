@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from watchdog.engines.detect import EngineInForce
 
 log = logging.getLogger("hang_watchdog.sources")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
@@ -61,7 +63,9 @@ class SourceHealth:
 @dataclass
 class SourceTick:
     """What sources polled earlier in one tick hand to later ones: the procs source (first in
-    the list) sets the target and its tree, the facts source the target's environment.
+    the list) sets the target, its tree and the engine in force, the facts source the target's
+    environment. The loop starts each with what it knew after the last one: the engine in
+    force and the last verdict's state (the idle canary asks only an idle server).
 
     Each tick gets a fresh one: a poll that returns after its deadline can still write to the
     tick it was given (whole values, one attribute at a time), never to a later one."""
@@ -69,6 +73,8 @@ class SourceTick:
     target_pid: int | None = None
     tree_pids: tuple[int, ...] = ()
     environ: dict[str, str] | None = None
+    engine: EngineInForce = field(default_factory=EngineInForce)
+    last_state: str | None = None
 
 
 @dataclass(frozen=True)

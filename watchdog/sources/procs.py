@@ -25,7 +25,8 @@ from typing import Any, Protocol
 import psutil
 
 from watchdog.core.model import ProcInfo, ProcSnapshot
-from watchdog.engines.detect import EngineRef
+from watchdog.engines.detect import EngineInForce
+from watchdog.engines.loader import EngineSet
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 
 # A live child with one of these names means a JIT build is running (not a hang).
@@ -148,13 +149,15 @@ class ProcSource:
         *,
         psutil_module: ModuleType = psutil,
         clock: Callable[[], float] = time.monotonic,
-        engine: EngineRef | None = None,
+        engines: EngineSet | None = None,
         tree_every_s: float = 5.0,
     ) -> None:
         """`tree_every_s`: how often the tree's membership and titles are read again (a new
-        child, a compiler say, shows within that; a vanished one at once)."""
+        child, a compiler say, shows within that; a vanished one at once). `engines`: the
+        profiles the engine in force is detected among (None: roles are not named)."""
         self.finder = finder
-        self.engine = engine  # detected from the target's command line and its children's titles
+        self.engines = engines
+        self._engine: EngineInForce | None = None  # what this source detected last
         self._detected_for: int | None = None
         self.health = SourceHealth(self.name)
         self._ps = psutil_module
@@ -204,13 +207,14 @@ class ProcSource:
         A dead or missing target is an observation (alive=False), not a source failure: the
         source stays up so the classifier sees it. It goes down only when the tree is unreadable.
         """
-        snap = self._snapshot()
-        if tick is not None and snap.alive:
+        tick = tick if tick is not None else SourceTick()
+        snap = self._snapshot(tick)
+        if snap.alive:
             tick.target_pid = snap.target_pid
             tick.tree_pids = tuple(p.pid for p in snap.procs)
         return snap
 
-    def _snapshot(self) -> ProcSnapshot:
+    def _snapshot(self, tick: SourceTick) -> ProcSnapshot:
         pid, alive, restarted = self._resolve_target()
         procs = self._walk(pid) if (pid is not None and alive) else []
         if pid is None or not alive:
@@ -220,26 +224,31 @@ class ProcSource:
         compilers = sorted(
             {p.name for p in procs[1:] if p.name in COMPILERS and p.status != "zombie"}
         )
-        procs = self._with_roles(procs, detect=restarted or pid != self._detected_for)
+        procs = self._with_roles(procs, tick, detect=restarted or pid != self._detected_for)
         snap = ProcSnapshot(
             target_pid=pid,
             alive=alive,
             procs=tuple(procs),
             compilers=tuple(compilers),
             restarted=restarted and alive,
-            engine=self.engine.profile.name if self.engine is not None else "",
+            engine=tick.engine.profile.name if self.engines is not None else "",
         )
         self._last = snap
         return snap
 
-    def _with_roles(self, procs: list[ProcInfo], detect: bool) -> list[ProcInfo]:
-        """Detect the engine for a new target, then name each process's role and rank."""
-        if self.engine is None or not procs:
+    def _with_roles(self, procs: list[ProcInfo], tick: SourceTick, detect: bool) -> list[ProcInfo]:
+        """Detect the engine for a new target (into the tick), then name each process's role
+        and rank."""
+        if self.engines is None or not procs:
             return procs
-        if detect or self.engine.profile.name == "unknown":  # children appear after the launcher
+        # Its own last detection, not only the tick's: a poll that returned past its deadline
+        # wrote to a tick the loop had already read.
+        engine = self._engine or tick.engine
+        if detect or engine.profile.name == "unknown":  # children appear after the launcher
             self._detected_for = procs[0].pid
-            self.engine.observe(procs[0].title, [p.title for p in procs[1:]])
-        profile = self.engine.profile
+            engine = engine.observed(self.engines, procs[0].title, [p.title for p in procs[1:]])
+        tick.engine = self._engine = engine
+        profile = engine.profile
         out = []
         for info in procs:
             role, rank = profile.role_of(info.title)

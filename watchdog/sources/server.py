@@ -16,7 +16,6 @@ from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
 from watchdog.core.model import ServerSample
-from watchdog.engines.detect import EngineRef
 from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
@@ -182,14 +181,15 @@ class ServerSource:
         client: HttpGet | None = None,
         health_client: HttpGet | None = None,
         timeout_s: float = 2.0,
-        engine: EngineRef,
+        engines: EngineSet,
     ) -> None:
+        """`engines`: the profiles whose samples are looked for until the engine in force (the
+        tick's, from the process source or --engine) is known."""
         if timeout_s <= 0:
             raise ValueError(f"server scrape timeout must be > 0 seconds, got {timeout_s}")
         parts = _check_base_url(base_url)
         self.base_url = _shown_url(parts)
         self.timeout_s = timeout_s
-        self.engine = engine
         self.health = SourceHealth(self.name)
         self._owns_client = client is None
         self._client = client if client is not None else HttpGet(parts)
@@ -203,20 +203,22 @@ class ServerSource:
         self.starvation = StarvationJudge()
         self._last_up = False
         # Until the engine is known, every profile's samples are looked for.
-        self._unknown_samples = samples_of(engine.engines)
+        self._unknown_samples = samples_of(engines)
         port = parts.port or (443 if parts.scheme == "https" else 80)
         self._inflight = InflightRequests(parts.hostname or "", port)
 
-    def _profile(self) -> EngineProfile | None:
-        profile = self.engine.profile
+    @staticmethod
+    def _profile(tick: SourceTick) -> EngineProfile | None:
+        profile = tick.engine.profile
         return profile if profile.samples else None
 
     def deadline(self, tick_s: float) -> Deadline:
         return scrape_deadline(self.timeout_s, 2)  # /metrics, then /health
 
     def poll(self, tick: SourceTick | None = None) -> ServerSample:
-        """/metrics and /health, each on its own connection under its own deadline, at once."""
-        profile = self._profile()
+        """/metrics and /health, each on its own connection under its own deadline, at once,
+        read as the tick's engine in force spells them."""
+        profile = self._profile(tick if tick is not None else SourceTick())
         scrape = self.starvation.scrape_now()
         health_start = time.monotonic()
         health = self._start_health(profile)
