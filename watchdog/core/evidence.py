@@ -40,9 +40,7 @@ def _after_progress(ctx: Context, within_s: float) -> list[LogEvent]:
     """The window's log events after the server's last progress (core/events.py), read as
     the generic layer reads them, so live and `replay` agree on a death the server survived."""
     since = ctx.window.progress.last_progress_t
-    recent = [
-        ev for o in ctx.recent(within_s) if since is None or o.t >= since for ev in o.logs
-    ]
+    recent = [ev for o in ctx.recent(within_s) if since is None or o.t >= since for ev in o.logs]
     return after_progress(recent)
 
 
