@@ -6,9 +6,9 @@ recorded incident and tests need no sleeping.
 
 from __future__ import annotations
 
+from watchdog.core.causelive import with_cause
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, HELD, SOURCE, UNCHANGED
-from watchdog.core.causelive import with_cause
 from watchdog.core.genericlive import with_generic
 from watchdog.core.leases import Lease
 from watchdog.core.model import Evidence, Observation, Verdict

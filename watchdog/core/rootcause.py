@@ -134,13 +134,17 @@ def cuda_cause(line: str) -> Cause | None:
         call = m["call"].strip().lstrip(":").split("(", 1)[0]
         return Cause("cuda", f"CUDA error {_cuda_name(err)} returned by {call}", fix, line)
     if m := _CUBLAS_CALL.search(line):
-        return Cause("cuda", f"cuBLAS error {m['err']} returned by {m['call'].strip()}", _CUDA_FIX, line)
+        return Cause(
+            "cuda", f"cuBLAS error {m['err']} returned by {m['call'].strip()}", _CUDA_FIX, line
+        )
     if m := _TORCH_OOM.search(line):
         return Cause("cuda", f"CUDA out of memory (tried to allocate {m['size']})", _OOM_FIX, line)
     if m := _TORCH_CUDA.search(line):
         err = m["err"]
         if err.startswith("out of memory"):
-            return Cause("cuda", "CUDA error cudaErrorMemoryAllocation (out of memory)", _OOM_FIX, line)
+            return Cause(
+                "cuda", "CUDA error cudaErrorMemoryAllocation (out of memory)", _OOM_FIX, line
+            )
         # PyTorch reports the error at the next synchronising call, not at the kernel: the call
         # is unknown unless CUDA_LAUNCH_BLOCKING=1 was set.
         return Cause(
@@ -162,7 +166,8 @@ def cuda_cause(line: str) -> Cause | None:
 # 'cuda_runtime.h' file not found`, nvcc's EDG front end `catastrophic error: cannot open source
 # file "cuda_fp8.h"`.
 _HEADER = re.compile(
-    r"(?:fatal error: '?(?P<h1>[\w./+-]+\.(?:h|hpp|cuh))'?:? (?:No such file or directory|file not found)"
+    r"(?:fatal error: '?(?P<h1>[\w./+-]+\.(?:h|hpp|cuh))'?:? "
+    r"(?:No such file or directory|file not found)"
     r"|catastrophic error: cannot open source file \"(?P<h2>[\w./+-]+)\")"
 )
 # GNU ld / lld: `/usr/bin/ld: cannot find -lcuda` (`ld.lld: error: unable to find library -lcuda`).
@@ -170,7 +175,9 @@ _LIB = re.compile(r"(?:cannot find|unable to find library) -l(?P<lib>[\w+.-]+)")
 # A CUDA binary utility or build tool the build ran and the shell or Python could not find:
 # `sh: 1: ptxas: not found`, `/bin/sh: nvcc: command not found`, Python's `FileNotFoundError:
 # [Errno 2] No such file or directory: '/usr/local/cuda/bin/cuobjdump'`.
-_TOOLS = "nvcc|ptxas|fatbinary|nvlink|cuobjdump|nvdisasm|cicc|ninja|c\\+\\+|g\\+\\+|gcc|cc|cudafe\\+\\+"
+_TOOLS = (
+    "nvcc|ptxas|fatbinary|nvlink|cuobjdump|nvdisasm|cicc|ninja|c\\+\\+|g\\+\\+|gcc|cc|cudafe\\+\\+"
+)
 _TOOL = re.compile(
     rf"(?:(?<![\w/.+-])(?P<t1>{_TOOLS}): (?:command )?not found"
     rf"|No such file or directory: '(?:[^']*/)?(?P<t2>{_TOOLS})')"
@@ -180,7 +187,10 @@ _NINJA = re.compile(r"ninja: build stopped: subcommand failed|Ninja build failed
 # What provides each file (Ubuntu packages of NVIDIA's CUDA apt repository, -X-Y = the CUDA
 # version; the pip wheel NVIDIA publishes for the same library).
 _HEADER_PKG = (
-    (r"^cuda(?:_runtime|_runtime_api|_fp16|_bf16|_fp8|_fp4)?\.h$|^cuda\.h$", "cuda-cudart-dev-X-Y (pip: nvidia-cuda-runtime-cu12)"),
+    (
+        r"^cuda(?:_runtime|_runtime_api|_fp16|_bf16|_fp8|_fp4)?\.h$|^cuda\.h$",
+        "cuda-cudart-dev-X-Y (pip: nvidia-cuda-runtime-cu12)",
+    ),
     (r"^cublas", "libcublas-dev-X-Y (pip: nvidia-cublas-cu12)"),
     (r"^cusparse", "libcusparse-dev-X-Y"),
     (r"^curand", "libcurand-dev-X-Y"),
@@ -192,7 +202,8 @@ _HEADER_PKG = (
     (r"^Python\.h$", "python3-dev (the interpreter's headers)"),
 )
 _LIB_PKG = {
-    "cuda": "the NVIDIA driver's libcuda.so (or the stub: LIBRARY_PATH=$CUDA_HOME/lib64/stubs, cuda-driver-dev-X-Y)",
+    "cuda": "the NVIDIA driver's libcuda.so (or the stub: "
+    "LIBRARY_PATH=$CUDA_HOME/lib64/stubs, cuda-driver-dev-X-Y)",
     "cudart": "cuda-cudart-dev-X-Y",
     "cublas": "libcublas-dev-X-Y",
     "cublasLt": "libcublas-dev-X-Y",
@@ -234,15 +245,30 @@ def toolchain_cause(line: str) -> Cause | None:
     if m := _HEADER.search(line):
         h = m["h1"] or m["h2"]
         pkg = _header_pkg(h)
-        return Cause("toolchain", f"JIT build: header {h} not found (provided by {pkg})", _TOOLCHAIN_FIX.format(what=pkg), line)
+        return Cause(
+            "toolchain",
+            f"JIT build: header {h} not found (provided by {pkg})",
+            _TOOLCHAIN_FIX.format(what=pkg),
+            line,
+        )
     if m := _LIB.search(line):
         lib = m["lib"]
         pkg = _LIB_PKG.get(lib, f"the package that ships lib{lib}.so")
-        return Cause("toolchain", f"JIT build: the linker cannot find lib{lib} (provided by {pkg})", _TOOLCHAIN_FIX.format(what=pkg), line)
+        return Cause(
+            "toolchain",
+            f"JIT build: the linker cannot find lib{lib} (provided by {pkg})",
+            _TOOLCHAIN_FIX.format(what=pkg),
+            line,
+        )
     if m := _TOOL.search(line):
         t = m["t1"] or m["t2"]
         pkg = _TOOL_PKG.get(t, "the CUDA toolkit")
-        return Cause("toolchain", f"JIT build: the tool {t} is not installed (provided by {pkg})", _TOOLCHAIN_FIX.format(what=pkg), line)
+        return Cause(
+            "toolchain",
+            f"JIT build: the tool {t} is not installed (provided by {pkg})",
+            _TOOLCHAIN_FIX.format(what=pkg),
+            line,
+        )
     return None
 
 
@@ -259,7 +285,9 @@ _NCCL_ERR = re.compile(
 # Where in the set-up: NCCL's init.cc / ncclCommInitRank, torch's getNcclComm / comm creation,
 # init_process_group; NCCL's bootstrap.cc and NVSHMEM's bootstrap plugins; c10d's TCPStore and
 # torch elastic's rendezvous (torch/distributed/elastic/rendezvous).
-_STAGE_BOOT = re.compile(r"[Bb]ootstrap|rendezvous|Rendezvous|TCPStore|DistStoreError|clients joined")
+_STAGE_BOOT = re.compile(
+    r"[Bb]ootstrap|rendezvous|Rendezvous|TCPStore|DistStoreError|clients joined"
+)
 _STAGE_INIT = re.compile(
     r"ncclCommInit|CommInitRank|init\.cc|NCCLUtils\.[ch]pp|getNcclComm|init_process_group|initialize_model_parallel"
     r"|init_distributed_environment|comm(?:unicator)? init|Init START|nvshmemi?_init|nvshmem_init"
@@ -303,7 +331,13 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     line = lines[i]
     if _SETUP.search(line):
         stage = setup_stage(lines, i)
-        return Cause("collective_setup", f"communicator set-up failed: {line.strip()[:160]}", _SETUP_FIX, line, stage)
+        return Cause(
+            "collective_setup",
+            f"communicator set-up failed: {line.strip()[:160]}",
+            _SETUP_FIX,
+            line,
+            stage,
+        )
     m = _NCCL_ERR.search(line)
     if m is None:
         return None
@@ -312,7 +346,13 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     if stage == "first collective" and not any(_STAGE_INIT.search(x) for x in lines[: i + 1]):
         # No sign of set-up around it: a collective's failure, the set-up stage unknown.
         return Cause("collective", f"NCCL {what} in a collective", _SETUP_FIX, line)
-    return Cause("collective_setup", f"NCCL {what} while setting up the communicator", _SETUP_FIX, line, stage)
+    return Cause(
+        "collective_setup",
+        f"NCCL {what} while setting up the communicator",
+        _SETUP_FIX,
+        line,
+        stage,
+    )
 
 
 # ---- 4. An engine's request loop that died ------------------------------------------------
@@ -333,15 +373,26 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
 #   ManagedThread helper (components/src/dynamo/trtllm/publisher.py: "Error in thread {name}").
 _LOOP = (
     (re.compile(r"Error in event loop: "), "TensorRT-LLM's executor loop (PyExecutor event loop)"),
-    (re.compile(r"Executor worker returned error|Executor worker initialization error"), "TensorRT-LLM's executor worker"),
+    (
+        re.compile(r"Executor worker returned error|Executor worker initialization error"),
+        "TensorRT-LLM's executor worker",
+    ),
     (re.compile(r"Error in thread (?P<n>\w+): "), "thread {n}"),
     (re.compile(r"Exception in thread (?P<n>[^\s:]+(?: \(\w+\))?):"), "thread {n}"),
-    (re.compile(r"EngineCore encountered a fatal error|EngineCore hit an exception"), "vLLM's engine core loop"),
-    (re.compile(r"AsyncLLM output_handler failed"), "vLLM's API-server output handler (the engine core is gone)"),
+    (
+        re.compile(r"EngineCore encountered a fatal error|EngineCore hit an exception"),
+        "vLLM's engine core loop",
+    ),
+    (
+        re.compile(r"AsyncLLM output_handler failed"),
+        "vLLM's API-server output handler (the engine core is gone)",
+    ),
     (re.compile(r"Scheduler hit an exception"), "SGLang's scheduler loop"),
 )
 # An exception line: `RuntimeError: ...`, `torch.OutOfMemoryError: ...` (not the loop's own).
-_EXC_LINE = re.compile(r"(?:^|\s)(?P<exc>(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$")
+_EXC_LINE = re.compile(
+    r"(?:^|\s)(?P<exc>(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$"
+)
 _LOOP_FIX = (
     "The engine's request loop died, so no request can finish; the server must restart. Fix "
     "the root cause named here (the first exception in the dying loop), then restart."
@@ -370,6 +421,13 @@ def root_cause(lines: Sequence[str]) -> Cause | None:
         return None
     i, name = loop
     exc = _first_exception(lines[i:])
+    said = (
+        lines[i].split("Error in event loop: ", 1)[1].strip()
+        if "Error in event loop: " in lines[i]
+        else ""
+    )
+    if exc is None and said:  # TensorRT-LLM's line carries the exception's message
+        return Cause("engine_loop", f"{name} died: {said[:200]}", _LOOP_FIX, lines[i])
     if exc is None:
         return Cause(
             "engine_loop",
