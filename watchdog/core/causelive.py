@@ -14,8 +14,8 @@ _ALARMS = frozenset({"dead", "hung", "stalled"})
 
 
 def with_cause(verdict: Verdict, window: Window) -> Verdict:
-    """`verdict` with the root cause its log lines name: the cause and its evidence line
-    first; a generic class (no signature) takes the cause's fix too."""
+    """`verdict` with the root cause its log lines name, its evidence line right after the
+    verdict's own decisive one; a generic class (no signature) puts the cause's fix before the live evidence it names."""
     if verdict.state not in _ALARMS:
         return verdict
     cause = cause_of(live_events(window))
@@ -24,7 +24,7 @@ def with_cause(verdict: Verdict, window: Window) -> Verdict:
     ev = Evidence("log", f"cause:{cause.kind}", f"{cause.text()}: {cause.line.strip()}", 0.5)
     return dataclasses.replace(
         verdict,
-        evidence=(ev,) + verdict.evidence,
+        evidence=verdict.evidence[:1] + (ev,) + verdict.evidence[1:],
         reason=f"{verdict.reason}; root cause: {cause.text()}",
-        fix=verdict.fix if verdict.signature is not None else cause.fix,
+        fix=verdict.fix if verdict.signature is not None else f"{cause.fix} {verdict.fix}".strip(),
     )
