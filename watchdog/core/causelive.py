@@ -15,7 +15,8 @@ _ALARMS = frozenset({"dead", "hung", "stalled"})
 
 def with_cause(verdict: Verdict, window: Window) -> Verdict:
     """`verdict` with the root cause its log lines name, its evidence line right after the
-    verdict's own decisive one; a generic class (no signature) puts the cause's fix before the live evidence it names."""
+    verdict's own decisive one; under a generic class (no signature) the cause's fix comes
+    before the live evidence the class names."""
     if verdict.state not in _ALARMS:
         return verdict
     cause = cause_of(live_events(window))
