@@ -17,6 +17,7 @@ from watchdog.core.generic import ClassVerdict
 from watchdog.core.logverdict import LogMatch
 from watchdog.core.model import LogEvent
 from watchdog.core.openops import OpenOp, stuck_cause
+from watchdog.core.rootcause import cause_json, cause_of, print_cause
 from watchdog.core.signatures import SignatureSet
 from watchdog.core.sigtext import fill
 from watchdog.sources.logs import LogPatterns, log_records, scan_bytes
@@ -49,13 +50,17 @@ def report(
     verdict = cause if stuck and not matches and cause is not None else None
     shown = classes if not matches and verdict is None else None
     dumps = [e for e in events if e.kind == "stack"]
+    root = cause_of(events) if matches or shown is not None else None
     if as_json:
         doc = _as_json(matches, ops, cause, verdict, dumps, stuck)
         doc["generic"] = classes_json(shown)
+        doc["cause"] = cause_json(root, shown is not None)
         doc["parsed"] = dict(sorted(collections.Counter(e.kind for e in events).items()))
         print(json.dumps(doc, indent=2))
     else:
         _print_text(records, matches, ops, cause, verdict, dumps, sigs, stuck, shown)
+        if matches or shown is not None:
+            print_cause(root, shown is not None)
     return 1 if matches or verdict is not None or shown is not None else 0
 
 

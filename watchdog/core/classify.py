@@ -6,6 +6,7 @@ recorded incident and tests need no sleeping.
 
 from __future__ import annotations
 
+from watchdog.core.causelive import with_cause
 from watchdog.core.context import Context, Stall, Thresholds
 from watchdog.core.evidence import EVALUATORS, HELD, SOURCE, UNCHANGED
 from watchdog.core.genericlive import with_generic
@@ -35,7 +36,12 @@ STOPPED_STATUS = "stopped"  # psutil.STATUS_STOPPED; "tracing-stop" (py-spy's pa
 
 
 def classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
-    """The state of the server, and the best-matching signature with its evidence."""
+    """The state of the server, and the best-matching signature with its evidence, with the
+    root cause its log names (core/causelive.py)."""
+    return with_cause(_classify(window, sigs, th), window)
+
+
+def _classify(window: Window, sigs: SignatureSet, th: Thresholds) -> Verdict:
     obs = window.latest
     if obs is None:
         return Verdict(state="starting", reason="no observations yet")

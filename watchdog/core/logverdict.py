@@ -82,11 +82,27 @@ def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[Log
     for m in ranked:
         if not m.signature.consequence:
             continue
-        earlier = [c for c in causes if first[c.signature.id] < first[m.signature.id]]
+        at = first[m.signature.id]
+        earlier = [c for c in causes if _before(first[c.signature.id], at, events)]
         if earlier:
             out.remove(m)
             out.insert(out.index(earlier[-1]) + 1, m)
     return out
+
+
+# A death logged as a traceback's header (SGLang's `Scheduler hit an exception: Traceback (most
+# recent call last):`, srt/managers/scheduler.py) is followed by its cause: the traceback's own
+# lines, within this many events, come before it in meaning.
+_TRACEBACK_SPAN = 40
+
+
+def _before(cause_at: int, death_at: int, events: Sequence[LogEvent]) -> bool:
+    """Does the cause at `cause_at` precede the death at `death_at`, or lie in its traceback?"""
+    if cause_at < death_at:
+        return True
+    if death_at >= len(events) or cause_at - death_at > _TRACEBACK_SPAN:
+        return False
+    return events[death_at].line.rstrip().endswith("Traceback (most recent call last):")
 
 
 def _holds(
