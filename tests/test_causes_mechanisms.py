@@ -90,18 +90,12 @@ HEALTH_FAIL = (
 HEALTH_OK = '[2026-09-22 15:0{m}:54] INFO:     127.0.0.1:58934 - "GET /health HTTP/1.1" 200 OK\n'
 
 
-def test_detokenizer_that_stopped_answering_while_health_still_200(sigs: SignatureSet) -> None:
+def test_sglangs_health_failure_line_names_no_detokenizer_cause(sigs: SignatureSet) -> None:
+    """SGLang prints this line whenever a health generation gets no output, whatever holds the
+    scheduler (a kernel that spins, a collective): it names no cause of its own, so it is never
+    read as a detokenizer stall (a class that did named every SGLang hang that way)."""
     text = "".join(HEALTH_OK.format(m=m) + HEALTH_FAIL.format(m=m) for m in range(3))
-    assert cls(text, sigs)[0] == "detokenizer_stalled"
-
-
-def test_a_request_answered_between_failures_is_a_slow_server(sigs: SignatureSet) -> None:
-    answered = (
-        '[2026-09-22 15:01:30] INFO:     10.0.0.1:4395 - "POST /v1/chat/completions HTTP/1.1" '
-        "200 OK\n"
-    )
-    text = HEALTH_FAIL.format(m=0) + answered + HEALTH_FAIL.format(m=2)
-    assert cls(text, sigs)[0] != "detokenizer_stalled"
+    assert "detokenizer" not in cls(text, sigs)[1]
 
 
 # vllm 0.32.0 distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py.
