@@ -258,6 +258,23 @@ def test_a_stats_claim_lasts_until_the_next_line_is_due() -> None:
     assert not w.stats_says(1120.0 + 93)  # 1.5 intervals and the slack gone: expired
 
 
+def test_how_long_a_claim_holds_is_the_thresholds() -> None:
+    """stats_due_factor, stats_due_slack_s and not_generating_hold_s come from Thresholds."""
+    th = Thresholds(stats_due_factor=3.0, stats_due_slack_s=0.0, not_generating_hold_s=5.0)
+    w = Witnesses(th=th)
+    for sec in (0, 60, 120):
+        (ev,) = _stats(sec, 8, 5.0)
+        w.on_stats(ev, 1000.0 + sec, pending=True, moving=True)
+    assert w.stats_says(1120.0 + 93)  # 3 intervals: still holds where 1.5 had expired
+    assert not w.stats_says(1120.0 + 181)
+    w.on_not_generating(2000.0)
+    assert any("not generating" in a for a in w.active(2004.0))
+    assert not any("not generating" in a for a in w.active(2006.0))
+    default = Witnesses()
+    default.on_not_generating(2000.0)
+    assert any("not generating" in a for a in default.active(2006.0))  # 30 s by default
+
+
 def test_the_interval_is_learnt_from_the_lines_own_timestamps() -> None:
     # Read in one tick (a burst, or a replay): the timestamps still say 150 s apart.
     w = Witnesses()
