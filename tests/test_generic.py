@@ -207,7 +207,8 @@ HEALTHY_TAIL = (
         "double free or corruption (!prev)",
         "*** stack smashing detected ***: terminated",
         "Bus error (core dumped)",
-        "Illegal instruction (core dumped)",
+        # (`Illegal instruction (core dumped)` names build_machine_mismatch now:
+        # tests/test_causes_mechanisms.py)
         # torch's driver-API check and cuBLAS.
         "RuntimeError: CUDA driver error: unknown error",
         "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle)`",

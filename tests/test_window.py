@@ -215,3 +215,32 @@ def test_a_supervised_childs_own_lines_are_never_taken_for_the_old_servers() -> 
     w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True)))
     w.append(Observation(t=1.0, wall=1.0, procs=ProcSnapshot(200, True), logs=(crash,)))
     assert [ev.line for o in w for ev in o.logs] == [crash.line] and w.echo_dropped == 0
+
+
+STATS = (
+    "(APIServer pid=22918) INFO 12-04 21:23:11 [loggers.py:335] Engine 000: Avg prompt "
+    "throughput: 118.2 tokens/s, Avg generation throughput: 472.6 tokens/s, Running: 0 reqs, "
+    "Waiting: 0 reqs, CPU KV cache usage: 0.0%, Prefix cache hit rate: 0.0%"
+)
+
+
+def _tokens(n: float) -> ServerSample:
+    return ServerSample(up=True, health_status=200, generation_tokens=n, running=4.0, waiting=0.0)
+
+
+def test_a_stats_line_logged_into_a_hang_is_no_progress_where_counters_are_read() -> None:
+    """vLLM's stats line averages its last 10 s: logged 6 s into a real hang it still says
+    472 tokens/s. Where /metrics gives the token counters each tick they say when tokens moved,
+    so the line must not restart the stall clock (it did, and the cubin stall was named at
+    14.7 s instead of 8). With no counters, the line is the only progress there is."""
+    tl = Timeline(procs=procs(100))
+    for i in range(5):
+        tl.tick(server=_tokens(100.0 * (i + 1)))
+    stopped = tl.now - 1.0
+    tl.ticks(6, server=_tokens(500.0))
+    tl.tick(server=_tokens(500.0), logs=events([STATS]))
+    assert window_of(tl.obs).progress.last_progress_t == stopped
+    blind = Timeline(procs=procs(100))
+    blind.ticks(6)
+    blind.tick(logs=events([STATS]))
+    assert window_of(blind.obs).progress.last_progress_what == "throughput in the stats line"

@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from watchdog.core.context import Context
-from watchdog.core.model import Frame, Observation, StackSample
+from watchdog.core.generic import after_progress
+from watchdog.core.model import Frame, LogEvent, Observation, StackSample
 from watchdog.core.signatures import Rule
 from watchdog.core.spinsignals import describe, host_cpu, spin_by
 
@@ -20,17 +21,24 @@ def _log(rule: Rule, ctx: Context) -> str | None:
     assert rule.pattern is not None
     # Every tick searches the rule's whole lookback: the rule remembers each line's answer.
     seen, match = rule.line_answers, rule.matches_line
-    hits = [
-        ev.line
-        for o in ctx.recent(rule.within_s)
-        for ev in o.logs
-        if (seen[ev.line] if ev.line in seen else match(ev.line))
-    ]
+    if rule.after_progress:
+        lines = [ev.line for ev in _after_progress(ctx, rule.within_s)]
+    else:
+        lines = [ev.line for o in ctx.recent(rule.within_s) for ev in o.logs]
+    hits = [line for line in lines if (seen[line] if line in seen else match(line))]
     hits += [line for line in ctx.derived_lines if rule.pattern.search(line)]
     if not hits:
         return None
     more = f" (and {len(hits) - 1} more)" if len(hits) > 1 else ""
     return f"{_shorten(hits[-1])!r}{more}"
+
+
+def _after_progress(ctx: Context, within_s: float) -> list[LogEvent]:
+    """The window's log events after the server's last progress (core/events.py), read as
+    the generic layer reads them, so live and `replay` agree on a death the server survived."""
+    since = ctx.window.progress.last_progress_t
+    recent = [ev for o in ctx.recent(within_s) if since is None or o.t >= since for ev in o.logs]
+    return after_progress(recent)
 
 
 def _shorten(line: str, limit: int = 300) -> str:

@@ -30,6 +30,9 @@ class GenericRule:
     pattern: re.Pattern[str] | None = None
     count: int = 1  # repeat / stats_stall / same_lines: how many lines at least
     min_s: float = 0.0  # stats_stall: the span the lines cover by their own timestamps
+    # repeat: a line that shows the work moved on (a request answered); only the lines after
+    # the last one count
+    reset: re.Pattern[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ def _rule(
     if rule.kind == "traceback_end":
         return _traceback_end(rule, cls, recent, tail, moving)
     if rule.kind == "repeat" and rule.pattern is not None:
-        hits = [e.line for e in recent if rule.pattern.search(e.line)]
+        hits = [e.line for e in _since_reset(rule, recent) if rule.pattern.search(e.line)]
         hits = [h for h in hits if not _near_miss(cls, h)]
         if len(hits) >= rule.count:
             return GenericFinding(cls, rule.label, hits[-1], f"{len(hits)} times, no progress")
@@ -170,6 +173,14 @@ def _rule(
     if rule.kind == "same_lines":
         return _same_lines(rule, cls, tail, beats)
     return None
+
+
+def _since_reset(rule: GenericRule, recent: list[LogEvent]) -> list[LogEvent]:
+    """The events after the last line matching the rule's `reset` (all without one)."""
+    if rule.reset is None:
+        return recent
+    last = max((i for i, e in enumerate(recent) if rule.reset.search(e.line)), default=-1)
+    return recent[last + 1 :]
 
 
 @dataclass(frozen=True)

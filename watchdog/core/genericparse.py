@@ -19,7 +19,7 @@ from watchdog.core.tomlcheck import (
 )
 
 _CLASS_KEYS = {"id", "state", "title", "needs", "commands", "rule", "unless"}
-_RULE_KEYS = {"kind", "label", "pattern", "count", "min_s"}
+_RULE_KEYS = {"kind", "label", "pattern", "count", "min_s", "reset"}
 
 
 def parse_generic(doc: dict[str, Any], origin: str) -> tuple[GenericClass, ...]:
@@ -78,6 +78,9 @@ def _rule(r: Any, where: str) -> GenericRule:
             f"{where}: key 'kind': must be one of {sorted(GENERIC_KINDS)}, got {kind!r}"
         )
     pattern = regex(r["pattern"], f"{where}: key 'pattern'") if "pattern" in r else None
+    reset = regex(r["reset"], f"{where}: key 'reset'") if "reset" in r else None
+    if reset is not None and kind != "repeat":
+        raise SignatureError(f"{where}: key 'reset': only a repeat rule takes one")
     if kind in ("line", "repeat") and pattern is None:
         raise SignatureError(f"{where}: key 'pattern': a {kind} rule needs a regex")
     count = get(r, "count", int, where, 1)
@@ -92,4 +95,5 @@ def _rule(r: Any, where: str) -> GenericRule:
         pattern=pattern,
         count=count,
         min_s=min_s,
+        reset=reset,
     )

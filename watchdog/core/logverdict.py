@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from watchdog.core.divergence import divergence
 from watchdog.core.events import StatsLine, typed
 from watchdog.core.evidence import match_stacks
+from watchdog.core.generic import after_progress
 from watchdog.core.linesearch import LineIndex
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import LogEvent, StackSample
@@ -56,9 +57,10 @@ def name_signatures(
     stall = log_stall(events)
     stacks = log_stacks(events)
     index = LineIndex([e.line for e in events])  # each rule searched over all lines at once
+    settled = frozenset(e.line for e in after_progress(events))
     found: list[LogMatch] = []
     for sig in sigs.signatures:
-        m = _match(sig, index, stacks, stall, max_lines)
+        m = _match(sig, index, stacks, stall, max_lines, settled)
         if m is not None:
             found.append(m)
     ranked = sorted(found, key=lambda m: (m.signature.priority, m.confidence), reverse=True)
@@ -87,10 +89,19 @@ def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[Log
     return out
 
 
-def _holds(rule: Rule, index: LineIndex, stacks: tuple[StackSample, ...]) -> list[str]:
-    """What supports one log or stack rule in the log: the lines, or the frame found."""
+def _holds(
+    rule: Rule,
+    index: LineIndex,
+    stacks: tuple[StackSample, ...],
+    settled: frozenset[str] | None = None,
+) -> list[str]:
+    """What supports one log or stack rule in the log: the lines, or the frame found.
+    `settled`: the lines after the log's last progress, for rules that only read those."""
     if rule.kind == "log" and rule.pattern is not None:
-        return index.matching(rule.pattern)
+        hits = index.matching(rule.pattern)
+        if rule.after_progress and settled is not None:
+            hits = [h for h in hits if h in settled]
+        return hits
     if rule.kind == "stack":
         detail = match_stacks(rule, stacks)
         return [f"{rule.label}: {detail}"] if detail else []
@@ -103,6 +114,7 @@ def _match(
     stacks: tuple[StackSample, ...],
     stall: str | None,
     max_lines: int,
+    settled: frozenset[str] | None = None,
 ) -> LogMatch | None:
     if any(_holds(r, index, stacks) for r in sig.unless):
         return None
@@ -113,7 +125,7 @@ def _match(
         if rule.kind == "no_progress" and stall:
             conf += rule.weight
             continue
-        hits = _holds(rule, index, stacks)
+        hits = _holds(rule, index, stacks, settled)
         if hits:
             any_log = True
             conf += rule.weight

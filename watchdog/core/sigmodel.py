@@ -61,6 +61,9 @@ class Rule:
     has_equals: bool = False
     has_not_equals: bool = False
     status: int | None = None
+    # log rules: only a line after the server's last progress counts (a death the server
+    # moved past, e.g. a helper process it survives, is no verdict).
+    after_progress: bool = False
 
     @cached_property
     def literals(self) -> tuple[str, ...]:
@@ -204,4 +207,5 @@ class SignatureSet:
             r.pattern.pattern for s in self.signatures for r in s.evidence + s.unless if r.pattern
         ]
         pats += [r.pattern.pattern for c in self.generic for r in c.rules if r.pattern]
+        pats += [r.reset.pattern for c in self.generic for r in c.rules if r.reset]
         return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None

@@ -192,6 +192,7 @@ _RULE_KEYS = {
     "equals",
     "not_equals",
     "status",
+    "after_progress",
 }
 
 
@@ -296,6 +297,7 @@ def _rule(r: Any, where: str) -> Rule:
         has_equals="equals" in r,
         has_not_equals="not_equals" in r,
         status=get(r, "status", int, where, None),
+        after_progress=get(r, "after_progress", bool, where, False),
     )
 
 
