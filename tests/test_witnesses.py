@@ -424,3 +424,18 @@ def test_a_download_that_retries_is_still_proven_by_stack_and_socket(sigs: Signa
     assert hit[0].t - onset <= 20, hit[0].t - onset
     after = [v.signature for o, v in pairs if o.t >= hit[0].t]
     assert set(after) == {"cubin_download_stall"}, after  # no flapping between attempts
+
+
+def test_replay_uses_the_recorded_witness_thresholds(sigs: SignatureSet) -> None:
+    """A bundle records every Thresholds field; `replay` reads the new ones back, and the
+    window it rebuilds holds a "not generating" line only as long as the daemon did."""
+    from watchdog.commands.replay import _thresholds, reclassify
+
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    tl.tick(logs=_ev(SGLANG_READY))
+    tl.tick(logs=_ev(SGLANG_HEALTH_FAILED))
+    tl.ticks(20)
+    assert reclassify(tl.obs, sigs, Thresholds()).state == "stalled"
+    short = _thresholds({"not_generating_hold_s": 5, "stats_due_factor": 3, "restart_echo_s": 20})
+    assert (short.not_generating_hold_s, short.stats_due_factor, short.restart_echo_s) == (5, 3, 20)
+    assert reclassify(tl.obs, sigs, short).state != "stalled"
