@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from watchdog.core.benign import benign_state
 from watchdog.core.candidate import Candidate
 from watchdog.core.context import Context
 from watchdog.core.genericlive import with_generic
-from watchdog.core.leases import Lease
-from watchdog.core.matching import DEATHS, Match, cause_of_death, consequence, evaluate, match
+from watchdog.core.matching import DEATHS, Match, cause_of_death, consequence, match
 from watchdog.core.model import Evidence
 from watchdog.core.openops import open_operations, stuck_cause
 from watchdog.core.redact import redact_argv
@@ -68,7 +68,7 @@ class Case:
     @cached_property
     def benign(self) -> tuple[State, str]:
         """The state the leases, the phase and the work pending say, and why."""
-        return _benign_state(self)
+        return benign_state(self.ctx, self.sigs.benign)
 
     @cached_property
     def soft(self) -> bool:
@@ -266,69 +266,6 @@ def _plain(case: Case, state: State, reason: str) -> Candidate:
         c = Candidate(state, reason + case.unknown_engine(), evidence=evidence, fix=STALLED_FIX)
     # No signature named a cause: the class the live log shows, if any (core/genericlive.py).
     return with_generic(c, ctx.window, case.sigs, ctx.th.load_deadline_s)
-
-
-def _benign_state(case: Case) -> tuple[State, str]:
-    ctx = case.ctx
-    if ctx.gone:
-        if ctx.obs.procs is not None and ctx.obs.procs.target_pid is None:
-            return State.DEAD, "no server process found: nothing matches the target (yet)"
-        return State.DEAD, "the server process is gone"
-    lease = ctx.stall.lease or _progressing(ctx)
-    if lease is not None:
-        # A known long operation showing progress of its own: reported, never a hang.
-        now = ctx.obs.t
-        if lease.crawling(now):
-            return State.CRAWLING, f"crawling: {lease.describe(now)}"
-        return State(lease.op.state), lease.describe(now)
-    if ctx.obs.procs is not None and ctx.obs.procs.compilers:
-        return State.COMPILING, f"compiler processes running: {', '.join(ctx.obs.procs.compilers)}"
-    if ctx.stall.stalled:
-        return _stalled_or_benign_rule(case)
-    return _unstalled(ctx)
-
-
-def _stalled_or_benign_rule(case: Case) -> tuple[State, str]:
-    """A measured stall, unless a benign rule of the knowledge explains it."""
-    for rule in case.sigs.benign:
-        ev = evaluate(rule.rule, case.ctx)
-        if ev is not None:
-            return State(rule.state), f"{rule.rule.label}: {ev.detail}"
-    return State.STALLED, case.ctx.stall.detail
-
-
-_PHASES = {
-    "loading": (State.LOADING, "loading weights"),
-    "compiling": (State.COMPILING, "compiling or capturing CUDA graphs"),
-    "capturing": (State.COMPILING, "compiling or capturing CUDA graphs"),
-    "starting": (State.STARTING, "waiting for the server to become ready"),
-}
-
-
-def _unstalled(ctx: Context) -> tuple[State, str]:
-    """No stall measured: the startup phase, work pending below the threshold, or idle."""
-    p, stall = ctx.window.progress, ctx.stall
-    if p.phase in _PHASES:
-        return _PHASES[p.phase]
-    if not stall.pending:
-        return State.IDLE, "no work pending"
-    if (stall.seconds or 0.0) < ctx.th.suspect_after_s:
-        return State.SERVING, f"work pending ({p.pending_why}), progressing"
-    if stall.busy:
-        return (
-            State.SERVING,
-            f"{stall.detail}, but the GPU is moving memory: a long batch, not a hang",
-        )
-    return State.SERVING, f"{stall.detail}; below the stall threshold"
-
-
-def _progressing(ctx: Context) -> Lease | None:
-    """A leased operation past its bound and still progressing (crawling), looked for only
-    while no stall is measured and something is open (a phase before ready, a CDN socket)."""
-    if ctx.stall.stalled or (ctx.window.progress.phase == "ready" and not ctx.obs.conns):
-        return None
-    now = ctx.obs.t
-    return next((le for le in ctx.leases if le.crawling(now)), None)
 
 
 # The order is the judge's: the first stage with a candidate names the verdict.
