@@ -178,7 +178,8 @@ def verdicts(
     obs: Iterable[Observation], sigs: SignatureSet, th: Thresholds | None = None
 ) -> list[tuple[Observation, Verdict]]:
     """The verdict after each tick, as the daemon would see them."""
-    w, th = Window(ranks=sigs.ranks), th or Thresholds()
+    th = th or Thresholds()
+    w = Window(ranks=sigs.ranks, thresholds=th)
     out = []
     for o in obs:
         w.append(o)

@@ -269,3 +269,24 @@ def test_runtime_checks_name_the_key_against_the_worst_loop() -> None:
     check_watchdog_interval(cfg, 4.9, 5.0)
     with pytest.raises(ConfigError, match=r"key 'tick_s'.*WatchdogSec= to at least 11s"):
         check_watchdog_interval(cfg, 5.0, 5.0)
+
+
+def test_the_daemons_window_uses_the_configured_thresholds() -> None:
+    """The witness and restart-echo numbers reach the live window, not only classify()."""
+    from watchdog.core.signatures import load_signatures
+    from watchdog.daemon.loop import Daemon
+
+    cfg = Config(
+        metrics_addr="off",
+        stacks=False,
+        cdn_default=False,
+        stats_due_factor=2.5,
+        stats_due_slack_s=4.0,
+        not_generating_hold_s=12.0,
+        restart_echo_s=3.0,
+    )
+    daemon = Daemon(cfg, load_signatures(), [])
+    th = daemon.window.th
+    assert th == daemon.thresholds == Thresholds.from_config(cfg)
+    assert (th.stats_due_factor, th.not_generating_hold_s, th.restart_echo_s) == (2.5, 12.0, 3.0)
+    assert daemon.window.progress.witnesses.th is th

@@ -27,6 +27,17 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "remediation": frozenset({"daemon", "sources", "outputs", "commands"}),
     "sources": frozenset({"outputs", "commands"}),
     "daemon": frozenset({"commands"}),
+    # The knowledge loader reads files into data for the wiring, `replay` and `preflight`: it
+    # builds on core, engines and the package lists, never on what runs or reports.
+    "knowledge": frozenset(
+        {"daemon", "outputs", "remediation", "commands", "preflight", "sim", "config"}
+    ),
+    # Config validation checks values (it may parse a CDN host as the conns source does): it
+    # never loads knowledge, builds the daemon, or imports the config module that calls it.
+    "configcheck": frozenset(
+        {"daemon", "outputs", "remediation", "commands", "preflight", "sim", "config"}
+        | {"knowledge", "core", "engines"}
+    ),
 }
 MUTABLE_CALLS = frozenset(
     {"list", "dict", "set", "bytearray", "defaultdict", "deque", "Counter", "OrderedDict"}
@@ -218,6 +229,45 @@ def test_the_scan_sees_the_whole_package() -> None:
     assert "watchdog.core.model" in edges and "watchdog.sources.gpu.nvml" in edges
 
 
+# The simulators are test fixtures that copy upstream programs' own shapes, cycles included.
+CYCLES_ALLOWED = ("sim",)
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """Groups of modules that import each other (directly or round a loop), lazy imports
+    counted: each group is one strongly connected component of the import graph."""
+    mods = {m: p for m, p in module_files(root) if layer(m) not in CYCLES_ALLOWED}
+    graph = {
+        m: sorted({e.target for e in imports(m, p, root)} & set(mods)) for m, p in mods.items()
+    }
+    reach = {m: _reachable(graph, m) for m in graph}
+    groups = {tuple(sorted(n for n in reach[m] if m in reach[n])) for m in graph if m in reach[m]}
+    return sorted(list(g) for g in groups)
+
+
+def _reachable(graph: dict[str, list[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo.extend(graph[m])
+    return seen
+
+
+def test_no_import_cycles() -> None:
+    assert import_cycles(ROOT) == []
+
+
+def test_a_planted_import_cycle_fails(tmp_path: Path) -> None:
+    root = tmp_path / "watchdog"
+    _plant(root, "core/a.py", "from watchdog.core.b import B\n")
+    _plant(root, "core/b.py", "def f():\n    from watchdog.core import a\n")
+    _plant(root, "core/c.py", "from watchdog.core import a\n")
+    assert import_cycles(root) == [["watchdog.core.a", "watchdog.core.b"]]
+
+
 def _plant(root: Path, rel: str, text: str) -> Path:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,6 +290,10 @@ def _plant(root: Path, rel: str, text: str) -> Path:
         ),
         ("remediation/planted.py", "from watchdog.daemon import loop\n", "must not import daemon"),
         ("sources/gpu/planted.py", "from ...outputs import emit\n", "must not import outputs"),
+        ("knowledge.py", "from watchdog.daemon import loop\n", "must not import daemon"),
+        ("knowledge.py", "def f():\n    from .outputs import emit\n", "must not import outputs"),
+        ("configcheck.py", "from watchdog.config import Config\n", "must not import config"),
+        ("configcheck.py", "from watchdog.knowledge import X\n", "must not import knowledge"),
     ],
 )
 def test_a_planted_back_edge_fails(tmp_path: Path, rel: str, text: str, why: str) -> None:
@@ -250,6 +304,7 @@ def test_a_planted_back_edge_fails(tmp_path: Path, rel: str, text: str, why: str
         "daemon/loop.py",
         "sources/procs.py",
         "outputs/emit.py",
+        "knowledge.py",
     ):
         _plant(root, real, "")
     path = _plant(root, rel, text)

@@ -172,7 +172,9 @@ def test_the_old_servers_last_words_after_a_restart_are_not_the_new_ones() -> No
     the line is read only after the new pid appeared: it precedes the new server's first
     startup line in the file, so it is dropped; what follows that line is kept."""
     from watchdog.core.model import LogEvent, ProcSnapshot
-    from watchdog.core.window import RESTART_ECHO_S
+    from watchdog.core.thresholds import Thresholds
+
+    RESTART_ECHO_S = Thresholds().restart_echo_s
 
     dying = LogEvent(
         "line", "SIGQUIT received. signum=None, frame=None. It usually means one child failed."
@@ -192,6 +194,12 @@ def test_the_old_servers_last_words_after_a_restart_are_not_the_new_ones() -> No
     late = 1.0 + RESTART_ECHO_S + 0.5
     w.append(Observation(t=late, wall=late, procs=ProcSnapshot(200, True), logs=(crash,)))
     assert [ev.line for o in w for ev in o.logs] == [crash.line]
+    # The bound is the thresholds' (restart_echo_s): a longer one still drops that line.
+    w = Window(thresholds=Thresholds(restart_echo_s=RESTART_ECHO_S * 3))
+    w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True)))
+    w.append(Observation(t=1.0, wall=1.0, procs=ProcSnapshot(200, True), logs=(dying,)))
+    w.append(Observation(t=late, wall=late, procs=ProcSnapshot(200, True), logs=(crash,)))
+    assert [ev.line for o in w for ev in o.logs] == [] and w.echo_dropped == 2
     # Without a restart nothing is dropped.
     w = Window()
     w.append(Observation(t=0.0, wall=0.0, procs=ProcSnapshot(100, True), logs=(dying,)))

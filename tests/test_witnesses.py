@@ -258,6 +258,23 @@ def test_a_stats_claim_lasts_until_the_next_line_is_due() -> None:
     assert not w.stats_says(1120.0 + 93)  # 1.5 intervals and the slack gone: expired
 
 
+def test_how_long_a_claim_holds_is_the_thresholds() -> None:
+    """stats_due_factor, stats_due_slack_s and not_generating_hold_s come from Thresholds."""
+    th = Thresholds(stats_due_factor=3.0, stats_due_slack_s=0.0, not_generating_hold_s=5.0)
+    w = Witnesses(th=th)
+    for sec in (0, 60, 120):
+        (ev,) = _stats(sec, 8, 5.0)
+        w.on_stats(ev, 1000.0 + sec, pending=True, moving=True)
+    assert w.stats_says(1120.0 + 93)  # 3 intervals: still holds where 1.5 had expired
+    assert not w.stats_says(1120.0 + 181)
+    w.on_not_generating(2000.0)
+    assert any("not generating" in a for a in w.active(2004.0))
+    assert not any("not generating" in a for a in w.active(2006.0))
+    default = Witnesses()
+    default.on_not_generating(2000.0)
+    assert any("not generating" in a for a in default.active(2006.0))  # 30 s by default
+
+
 def test_the_interval_is_learnt_from_the_lines_own_timestamps() -> None:
     # Read in one tick (a burst, or a replay): the timestamps still say 150 s apart.
     w = Witnesses()
@@ -407,3 +424,18 @@ def test_a_download_that_retries_is_still_proven_by_stack_and_socket(sigs: Signa
     assert hit[0].t - onset <= 20, hit[0].t - onset
     after = [v.signature for o, v in pairs if o.t >= hit[0].t]
     assert set(after) == {"cubin_download_stall"}, after  # no flapping between attempts
+
+
+def test_replay_uses_the_recorded_witness_thresholds(sigs: SignatureSet) -> None:
+    """A bundle records every Thresholds field; `replay` reads the new ones back, and the
+    window it rebuilds holds a "not generating" line only as long as the daemon did."""
+    from watchdog.commands.replay import _thresholds, reclassify
+
+    tl = Timeline(gpus=(gpu(0.0, 0.0),), procs=procs())
+    tl.tick(logs=_ev(SGLANG_READY))
+    tl.tick(logs=_ev(SGLANG_HEALTH_FAILED))
+    tl.ticks(20)
+    assert reclassify(tl.obs, sigs, Thresholds()).state == "stalled"
+    short = _thresholds({"not_generating_hold_s": 5, "stats_due_factor": 3, "restart_echo_s": 20})
+    assert (short.not_generating_hold_s, short.stats_due_factor, short.restart_echo_s) == (5, 3, 20)
+    assert reclassify(tl.obs, sigs, short).state != "stalled"

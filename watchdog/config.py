@@ -119,45 +119,12 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
     f = KEYS[key]
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     kind = f.type if isinstance(f.type, str) else str(f.type)
+    if value is None and "None" in kind:
+        return None
     bad = ConfigError(
         f"{origin}: key {key!r}: expected {kind.replace(' | None', '')}, got {value!r}"
     )
-    if value is None and "None" in kind:
-        return None
-    if "bool" in kind:
-        if not isinstance(value, bool):
-            raise bad
-    elif "int" in kind and "float" not in kind:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad
-        if abs(value) > MAX_NUMBER:  # OverflowError later, in a sleep or a C call
-            raise ConfigError(
-                f"{origin}: key {key!r}: must be a number up to {MAX_NUMBER:g}, got {value!r}"
-            )
-    elif "float" in kind:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad
-        try:
-            value = float(value)
-        except OverflowError:  # an integer too large for a float
-            value = math.inf
-        # NaN compares false with every bound and passes them; a huge value overflows sleeps
-        # and buffer sizes later, so both are refused here.
-        if not math.isfinite(value) or abs(value) > MAX_NUMBER:
-            raise ConfigError(
-                f"{origin}: key {key!r}: must be a finite number up to {MAX_NUMBER:g}, "
-                f"got {value!r}"
-            )
-    elif "list" in kind:
-        if isinstance(value, str) and isinstance(default, list):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad
-    elif "dict" in kind:
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise bad
-    elif not isinstance(value, str):
-        raise bad
+    value = _typed(kind, value, default, bad, f"{origin}: key {key!r}")
     lo, choices = f.metadata.get("lo"), f.metadata.get("choices")
     if lo is not None and value < lo:
         raise ConfigError(f"{origin}: key {key!r}: must be >= {lo}, got {value!r}")
@@ -166,3 +133,46 @@ def _coerce(key: str, value: Any, origin: str) -> Any:
             f"{origin}: key {key!r}: must be one of {', '.join(choices)}, got {value!r}"
         )
     return value
+
+
+def _typed(kind: str, value: Any, default: Any, bad: ConfigError, where: str) -> Any:
+    """`value` as the key's type (`kind`, the field's annotation), or `bad` raised."""
+    if "bool" in kind:
+        ok = isinstance(value, bool)
+    elif "int" in kind and "float" not in kind:
+        return _int(value, bad, where)
+    elif "float" in kind:
+        return _float(value, bad, where)
+    elif "list" in kind:
+        if isinstance(value, str) and isinstance(default, list):
+            value = [value]
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+    elif "dict" in kind:
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise bad
+    return value
+
+
+def _int(value: Any, bad: ConfigError, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad
+    if abs(value) > MAX_NUMBER:  # OverflowError later, in a sleep or a C call
+        raise ConfigError(f"{where}: must be a number up to {MAX_NUMBER:g}, got {value!r}")
+    return value
+
+
+def _float(value: Any, bad: ConfigError, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float
+        number = math.inf
+    # NaN compares false with every bound and passes them; a huge value overflows sleeps
+    # and buffer sizes later, so both are refused here.
+    if not math.isfinite(number) or abs(number) > MAX_NUMBER:
+        raise ConfigError(f"{where}: must be a finite number up to {MAX_NUMBER:g}, got {number!r}")
+    return number

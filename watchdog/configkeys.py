@@ -89,6 +89,27 @@ class Config:
     health_confirm: int = _f(
         3, "/health answers in a row with the same failing status that make it evidence", lo=1
     )
+    stats_due_factor: float = _f(
+        1.5,
+        "a stats line's claim of pending work holds for this many stats intervals, learnt from "
+        "the lines' own timestamps, plus stats_due_slack_s",
+        lo=1,
+    )
+    stats_due_slack_s: float = _f(
+        2.0, "seconds added to a stats line's claim for the log source's own latency", lo=0
+    )
+    not_generating_hold_s: float = _f(
+        30.0,
+        "an engine's logged failed health check (SGLang's 'not generating') is a witness of "
+        "pending work for this long",
+        lo=0,
+    )
+    restart_echo_s: float = _f(
+        10.0,
+        "after a restart, lines before the new server's first startup line are the old "
+        "server's and are dropped for at most this long",
+        lo=0,
+    )
     gpu_spin_sm: float = _f(
         0.9, "SM utilisation ratio at or above which a GPU counts as busy", lo=0
     )

@@ -130,7 +130,12 @@ def _stuck_misuse(name: str) -> int:
 
 def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Thresholds) -> Verdict:
     """Rebuild the window from recorded observations and classify it."""
-    window = Window(span_s=float("inf"), max_len=max(len(observations), 1), ranks=sigs.ranks)
+    window = Window(
+        span_s=float("inf"),
+        max_len=max(len(observations), 1),
+        ranks=sigs.ranks,
+        thresholds=thresholds,
+    )
     for obs in observations:
         window.append(obs)
     return classify(window, sigs, thresholds)

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.core.context import Thresholds
 from watchdog.core.generic import ClassVerdict, class_verdict, find_classes
 from watchdog.core.model import LogEvent
 from watchdog.core.signatures import SignatureSet
+from watchdog.core.thresholds import Thresholds
 from watchdog.sources.logs.parse import clean_line
 from watchdog.sources.logs.split import split_records
 

@@ -105,6 +105,31 @@ def _as_json(
     }
 
 
+def _print_match(m: LogMatch) -> None:
+    s = m.signature
+    decisive = ", decisive line" if m.decisive else ""
+    print(f"{s.id} (confidence {m.confidence:.2f}{decisive}): {fill(s.title, {})}")
+    if m.stall:
+        print(f"  stall: {m.stall}")
+    for line in m.lines:
+        print(f"  matched: {line[:300]}")
+    print(f"  fix: {s.fix}")
+
+
+def _print_op(op: OpenOp) -> None:
+    print(f"open operation: {op.describe()}")
+    print(f"  line: {op.line[:300]}")
+    if op.progress_after:
+        print("  the server made progress after it started: it is not what blocks it")
+    elif op.signature:
+        print(
+            f"  points to {op.signature}: the cause if the server is stuck now, not proof "
+            "that it is (rerun with --stuck if it is hung now)"
+        )
+    else:
+        print(f"  {op.op.note}")
+
+
 def _print_text(
     records: int,
     matches: list[LogMatch],
@@ -124,30 +149,13 @@ def _print_text(
             "(log evidence alone; GPU and stack evidence need the live watchdog)"
         )
     for m in matches:
-        s = m.signature
-        decisive = ", decisive line" if m.decisive else ""
-        print(f"{s.id} (confidence {m.confidence:.2f}{decisive}): {fill(s.title, {})}")
-        if m.stall:
-            print(f"  stall: {m.stall}")
-        for line in m.lines:
-            print(f"  matched: {line[:300]}")
-        print(f"  fix: {s.fix}")
+        _print_match(m)
     if classes is not None:  # the verdict first, then what the log holds
         print_classes(classes)
     for d in dumps:
         print(f"stack in the log: {d.line}")
     for op in ops:
-        print(f"open operation: {op.describe()}")
-        print(f"  line: {op.line[:300]}")
-        if op.progress_after:
-            print("  the server made progress after it started: it is not what blocks it")
-        elif op.signature:
-            print(
-                f"  points to {op.signature}: the cause if the server is stuck now, not proof "
-                "that it is (rerun with --stuck if it is hung now)"
-            )
-        else:
-            print(f"  {op.op.note}")
+        _print_op(op)
     if verdict is not None:
         sig = sigs.get(verdict.signature or "")
         title = fill(sig.title, {}) if sig is not None else ""

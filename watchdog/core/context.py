@@ -15,43 +15,9 @@ from watchdog.core.leases import Lease, leases
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Evidence, GpuSample, Observation, StackSample
 from watchdog.core.openops import OpDef
-from watchdog.core.sigmodel import Signature
+from watchdog.core.spinsignals import spin_by
+from watchdog.core.thresholds import Thresholds
 from watchdog.core.window import Window
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """The numbers classification depends on (all from the config)."""
-
-    stall_after_s: float = 15.0
-    suspect_after_s: float = 3.0
-    proven_after_s: float = 6.0
-    blind_stall_after_s: float = 120.0
-    gpu_spin_sm: float = 0.9
-    gpu_spin_dram: float = 0.05
-    gpu_spin_for_s: float = 10.0
-    gpu_busy_dram: float = 0.15
-    gpu_spin_power_ratio: float = 0.3
-    gpu_spin_clock_ratio: float = 0.5
-    gpu_spin_power_max_ratio: float = 0.5
-    gpu_spin_tensor: float = 0.1
-    # A launcher still waiting for its shard this long after the load last showed progress
-    # (core/events.py Heartbeat) is work that does not move: the same bound as the
-    # weight_load operation's (core/openops.toml), 30 minutes for 1.5 TB from network storage.
-    load_deadline_s: float = 1800.0
-    # FlashInfer sleeps up to 20 s between download attempts (5/10/20 s, flashinfer
-    # jit/cubin_loader.py v0.6.7): a CDN socket seen in this stall stays evidence this long
-    # after it closed.
-    socket_hold_s: float = 30.0
-    # /health answers in a row that make its status evidence: one that flaps 200/503 is not a
-    # dead engine.
-    health_confirm: int = 3
-
-    @classmethod
-    def from_config(cls, cfg: object) -> Thresholds:
-        """The fields of the same name from `cfg` (a watchdog.config.Config); core imports no
-        config, so any object with these attributes will do."""
-        return cls(**{k: getattr(cfg, k) for k in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)
@@ -87,8 +53,6 @@ class Context:
         self.gone = obs.procs is not None and not obs.procs.alive
         self.has_gpu = any(g.sm is not None for g in obs.gpus)
         self.stall = self._stall()
-        # Signatures whose evidence holds but is no proof yet (filled in by classify()).
-        self.suspects: list[tuple[Signature, list[Evidence]]] = []
 
     def _stall(self) -> Stall:
         p, now = self.window.progress, self.obs.t
@@ -179,8 +143,6 @@ class Context:
 
     def _spin_since(self) -> float | None:
         """When the newest unbroken run of spin-shaped samples on some GPU began, or None."""
-        from watchdog.core.spinsignals import spin_by  # spinsignals imports Thresholds from here
-
         best: float | None = None
         for g in self.obs.gpus:
             start: float | None = None
@@ -254,3 +216,6 @@ def _memory(g: GpuSample) -> str:
     if g.dram is not None:
         return f"DRAM {g.dram:.2f}, {power}{tensor}"
     return f"no DRAM figures, {power}{tensor}"
+
+
+__all__ = ["Context", "Stall", "Thresholds"]

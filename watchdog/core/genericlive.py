@@ -1,7 +1,7 @@
 """The generic layer for `run` and `diagnose`: the class the live log shows when no signature
 named a cause (pure: the window in, a verdict out).
 
-classify() names signatures first; this module only looks at a verdict without a signature,
+classify() names signatures first; this module only looks at a candidate without a signature,
 and only at log lines that came after the server's last progress (by any witness: metrics,
 stats lines, bars), so a failure the server recovered from is not reported. Livelock reads every
 line of a log and a live source keeps only the lines its patterns ask for, so the live watch
@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 
+from watchdog.core.candidate import Candidate
 from watchdog.core.generic import class_verdict, find_classes
-from watchdog.core.model import Evidence, LogEvent, Verdict
+from watchdog.core.model import Evidence, LogEvent
 from watchdog.core.signatures import SignatureSet
+from watchdog.core.states import State
 from watchdog.core.window import Window
 
 # Worse states a class may raise a verdict to; a verdict already worse keeps its state.
-_RANK = {"dead": 3, "hung": 2, "stalled": 1}
+_RANK = {State.DEAD: 3, State.HUNG: 2, State.STALLED: 1}
 # Work the live watch knows is legitimate (weights read, a compiler running, startup): vLLM
 # prints its shared-memory wait lines during long compiles too ("time-consuming work (e.g.
 # compilation)", vllm/distributed/device_communicators/shm_broadcast.py), so a `stalled` class
 # does not override these; a crash or a timeout does.
-_BUSY = frozenset({"starting", "loading", "compiling"})
+_BUSY = frozenset({State.STARTING, State.LOADING, State.COMPILING})
 
 
 def live_events(window: Window) -> list[LogEvent]:
@@ -35,8 +37,8 @@ def live_events(window: Window) -> list[LogEvent]:
 
 
 def with_generic(
-    verdict: Verdict, window: Window, sigs: SignatureSet, load_deadline_s: float | None = None
-) -> Verdict:
+    verdict: Candidate, window: Window, sigs: SignatureSet, load_deadline_s: float | None = None
+) -> Candidate:
     """`verdict` with the generic class the live log shows, when no signature named one."""
     if verdict.signature is not None or not sigs.generic:
         return verdict
@@ -46,8 +48,8 @@ def with_generic(
     if found is None:
         return verdict
     p = found.primary
-    state = found.state
-    if state == "stalled" and verdict.state in _BUSY:
+    state = State(found.state)
+    if state == State.STALLED and verdict.state in _BUSY:
         return verdict
     if _RANK.get(verdict.state, 0) > _RANK.get(state, 0):
         state = verdict.state

@@ -13,20 +13,12 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from watchdog.core.states import State
+
 # States are part of the public contract (docs/signatures-and-engines.md, "The loop and the
-# states").
-STATES: tuple[str, ...] = (
-    "starting",
-    "loading",
-    "compiling",
-    "idle",
-    "serving",
-    "crawling",  # a known long operation progressing slower than its bound (core/leases.py)
-    "stalled",
-    "hung",
-    "dead",
-)
-HANG_STATES = frozenset({"hung", "dead"})
+# states"): the enum's order is the order of the `hang_watchdog_state` series.
+STATES: tuple[str, ...] = tuple(s.value for s in State)
+HANG_STATES = frozenset({State.HUNG.value, State.DEAD.value})
 
 
 @dataclass(frozen=True)

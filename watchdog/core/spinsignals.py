@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from watchdog.core.context import Thresholds
 from watchdog.core.model import GpuSample, Observation
+from watchdog.core.thresholds import Thresholds
 
 
 def ratio(value: float | None, of: float | None) -> float | None:

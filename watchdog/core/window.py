@@ -26,6 +26,7 @@ from watchdog.core.events import (
 )
 from watchdog.core.model import CanaryResult, LogEvent, Observation
 from watchdog.core.ranks import RankRules
+from watchdog.core.thresholds import Thresholds
 from watchdog.core.witnesses import Witnesses
 
 # Log text is the window's only input that grows with the server: a logged 64 KB prompt per
@@ -40,8 +41,7 @@ EVENT_OVERHEAD = 400  # bytes a LogEvent, its __dict__ and fields hold beyond it
 # printing "SIGQUIT received ... one child failed" as systemd stops it) can still be unread in
 # a shared log file when the new pid appears. The file is written in order, so lines before the
 # new server's first startup line are the old server's: they are dropped, for at most
-# RESTART_ECHO_S, and never taken as the new server's crash.
-RESTART_ECHO_S = 10.0
+# Thresholds.restart_echo_s, and never taken as the new server's crash.
 # The log source name for a pipe only the current server writes (supervise mode names its
 # child's stdout and stderr so): its lines are never the old server's after a restart.
 OWN_PIPE = "child"
@@ -96,8 +96,12 @@ class Window:
         max_chars: int = MAX_WINDOW_CHARS,
         *,
         ranks: RankRules | None = None,
+        thresholds: Thresholds | None = None,
     ) -> None:
+        """`thresholds`: the numbers the witnesses and the restart echo use (the ones
+        classify() is given: the daemon's config, or a bundle's recorded ones in `replay`)."""
         self.span_s = span_s
+        self.th = thresholds if thresholds is not None else Thresholds()
         # The rank rules (SignatureSet.ranks) that name a blocking frame in the stacks; none:
         # stacks are never a witness of pending work.
         self.ranks = ranks if ranks is not None else RankRules()
@@ -106,7 +110,7 @@ class Window:
         self._trimmed = 0  # how many of the oldest observations have been shrunk already
         self.max_chars = max_chars
         self.chars = 0
-        self.progress = Progress()
+        self.progress = self._fresh_progress()
         self._echo_until: float | None = None  # the old server's lines may still arrive
         self.echo_dropped = 0  # lines dropped as the old server's after a restart
 
@@ -163,7 +167,7 @@ class Window:
         """Drop, after a restart, the lines logged before the new server's first startup line."""
         p, before = obs.procs, self.progress.target_pid
         if p is not None and before is not None and (p.restarted or p.target_pid != before):
-            self._echo_until = obs.t + RESTART_ECHO_S
+            self._echo_until = obs.t + self.th.restart_echo_s
         if self._echo_until is None or not obs.logs:
             return obs
         if obs.t > self._echo_until:
@@ -202,9 +206,12 @@ class Window:
         self.chars += size - self._sizes[i]
         self._sizes[i] = size
 
+    def _fresh_progress(self, **known: Any) -> Progress:
+        return Progress(witnesses=Witnesses(th=self.th), **known)
+
     def _rebaseline(self, t: float) -> None:
         facts = self.progress.facts
-        self.progress = Progress(
+        self.progress = self._fresh_progress(
             phase_since=t, last_progress_t=t, last_progress_what="server restarted", restarted_t=t
         )
         self.progress.facts = {k: v for k, v in facts.items() if k in ("gpu_cc",)}

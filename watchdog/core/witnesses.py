@@ -12,10 +12,11 @@ it is seen; a failed health check until the engine answers again.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from watchdog.core.model import Connection, LogEvent, ServerSample, StackSample
 from watchdog.core.ranks import RankRules, blocking_frame
+from watchdog.core.thresholds import Thresholds
 
 # `INFO 07-15 15:32:47 [loggers.py:273]` (vLLM), `[2026-01-02 12:00:00 TP0]` (SGLang),
 # `[01/02/2026-12:00:00] [TRT-LLM]` (TensorRT-LLM): the time of day near the start of the line.
@@ -23,12 +24,8 @@ _CLOCK = re.compile(r"(?<!\d)(\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?(?!\d)")
 _CLOCK_HEAD = 64  # characters searched: a timestamp inside the message is not the line's own
 DAY_S = 86400.0
 MIN_INTERVAL_S = 1.0  # lines closer than this are one burst (DP engines log together)
-# A claim holds for 1.5 intervals plus slack for the log source's own latency (one tick or two).
-DUE_FACTOR = 1.5
-DUE_SLACK_S = 2.0
-# SGLang logs its failed health check every few seconds while it lasts: one line stands for
-# this long (srt/entrypoints/http_server.py health_generate, SGLANG_HEALTH_CHECK_TIMEOUT 20 s).
-NOT_GENERATING_HOLD_S = 30.0
+# How long a stats line's claim and a "not generating" line hold are Thresholds'
+# (stats_due_factor, stats_due_slack_s, not_generating_hold_s): they change a verdict.
 
 
 def line_clock(line: str) -> float | None:
@@ -68,6 +65,7 @@ class Witnesses:
     cdn_socket: str = ""
     blocking: str = ""  # a serving thread unchanged across dumps in a blocking frame
     unanswered: str = ""  # requests the server's sockets hold with no answer yet
+    th: Thresholds = field(default_factory=Thresholds)  # how long each witness's word holds
 
     def on_stats(self, ev: LogEvent, t: float, pending: bool, moving: bool) -> None:
         """A stats or batch line: the claim it makes, and what it says about the interval."""
@@ -141,7 +139,7 @@ class Witnesses:
         if c is None or not c.pending or c.drained:
             return ""
         if c.moving and self.interval_s is not None:
-            due = c.t + DUE_FACTOR * self.interval_s + DUE_SLACK_S
+            due = c.t + self.th.stats_due_factor * self.interval_s + self.th.stats_due_slack_s
             if t > due:
                 return ""  # the next line was due and did not come, or came and said 0
         return "requests running or waiting (stats line)"
@@ -157,6 +155,7 @@ class Witnesses:
             out.append(f"requests accepted and not answered ({self.unanswered})")
         if self.health_failing:
             out.append("/health's one-token generation got no answer")
-        if self.not_generating_t is not None and t - self.not_generating_t <= NOT_GENERATING_HOLD_S:
+        held = self.th.not_generating_hold_s
+        if self.not_generating_t is not None and t - self.not_generating_t <= held:
             out.append("the engine logged that it is not generating (failed health check)")
         return out

@@ -51,6 +51,13 @@ class Episode:
     worst: str = ""  # "stalled" (soft) or "hung" (hard, cause proven): the furthest it got
     worst_signature: str | None = None
 
+    def note(self, verdict: Verdict) -> None:
+        """The furthest stage the episode reached: a proven hang over a soft stall."""
+        if verdict.is_hang:
+            self.worst, self.worst_signature = "hung", verdict.signature
+        elif verdict.state == "stalled" and not self.worst:
+            self.worst = "stalled"
+
 
 class EpisodeHook:
     """Coordinates stack capture and the incident bundle for each episode."""
@@ -98,10 +105,7 @@ class EpisodeHook:
             self.episode = Episode(started_t=obs.t, started_wall=obs.wall)
             self.capture = None
         ep = self.episode
-        if verdict.is_hang:
-            ep.worst, ep.worst_signature = "hung", verdict.signature
-        elif verdict.state == "stalled" and not ep.worst:
-            ep.worst = "stalled"
+        ep.note(verdict)
         if troubled:
             ep.healthy_ticks = 0
         elif verdict.state in HEALTHY_STATES:

@@ -119,10 +119,13 @@ class Daemon:
         self.hooks: list[Hook] = list(hooks or [])
         self.emitter = emitter or Emitter(cfg.log_format)
         self.clock, self.wall = clock, wall
-        self.window = Window(
-            span_s=cfg.window_s, max_len=int(cfg.window_s / cfg.tick_s) * 2 + 16, ranks=sigs.ranks
-        )
         self.thresholds = Thresholds.from_config(cfg)
+        self.window = Window(
+            span_s=cfg.window_s,
+            max_len=int(cfg.window_s / cfg.tick_s) * 2 + 16,
+            ranks=sigs.ranks,
+            thresholds=self.thresholds,
+        )
         self.verdict: Verdict | None = None
         self.engine = engine if engine is not None else EngineInForce()
         self.stats = LoopStats()
