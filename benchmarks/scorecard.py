@@ -152,7 +152,7 @@ def run_illegal(kit: Kit, cls: str) -> Run:
         onset = time.time()
         server.complete(timeout=30)
         named, at = first_alarm(wd, onset, 60)
-    return Run(cls, "engine_dead", named, None if at is None else at - onset)
+    return Run(cls, "build_machine_mismatch", named, None if at is None else at - onset)
 
 
 def run_sigstop(kit: Kit, cls: str) -> Run:
@@ -332,7 +332,7 @@ EXPECTED = {
     "tp2_collective": "collective_hang",
     "sigstop": "stopped",
     "worker_exception": "engine_dead",
-    "illegal_instruction": "engine_dead",
+    "illegal_instruction": "build_machine_mismatch",
     "gpu_spin_sim": "gpu_kernel_spin",
 }
 
