@@ -38,8 +38,10 @@ def acme_stats(events: list[LogEvent]) -> list[LogEvent]:
     return [e for e in events if e.kind == "stats" and e.fields.get("iteration") == 7]
 
 
-def poll_until(source: LogSource, want: int, timeout: float = 20.0) -> list[LogEvent]:
-    events: list[LogEvent] = []
+def poll_until(
+    source: LogSource, want: int, timeout: float = 20.0, first: list[LogEvent] | None = None
+) -> list[LogEvent]:
+    events: list[LogEvent] = list(first or [])
     deadline = time.monotonic() + timeout
     while len(acme_stats(events)) < want and time.monotonic() < deadline:
         events += source.poll()
@@ -87,10 +89,12 @@ def test_wiring_hands_the_profiles_formats_to_file_journal_and_supervised_reader
         assert built.supervisor is not None
         built.supervisor.start()
         logs = built.daemon.source("logs")
-        logs.poll()  # the file follower starts at the end of the file, as `tail -F`
+        # The file follower starts at the end of the file, as `tail -F`; this first poll may
+        # already hold the child's line (it prints at once), so its events are kept.
+        first = list(logs.poll())
         with log.open("a", encoding="utf-8") as fh:
             fh.write(f"{ACME}\n")
-        events = poll_until(logs, 3)
+        events = poll_until(logs, 3, first=first)
         sources = sorted(e.source for e in acme_stats(events))
         assert len(sources) == 3, sources  # one line from each reader, none from module state
         assert str(log) in sources
