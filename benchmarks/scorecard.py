@@ -51,6 +51,17 @@ from watchdog.sim.cdn import start_cdn  # noqa: E402
 
 HUNG_WAIT_S = 200.0  # a hang class that says nothing in this long counts as a miss
 
+# What a right verdict names, per hang class; a class not here is healthy (nothing may be raised).
+EXPECTED = {
+    "cubin_trickle": "cubin_download_stall",
+    "cubin_silent": "cubin_download_stall",
+    "tp2_collective": "collective_hang",
+    "sigstop": "stopped",
+    "worker_exception": "engine_dead",
+    "illegal_instruction": "build_machine_mismatch",
+    "gpu_spin_sim": "gpu_kernel_spin",
+}
+
 
 @dataclass
 class Kit:
@@ -104,7 +115,7 @@ def _named(ev: dict[str, object]) -> str:
     return "stopped" if "stopped" in kinds else str(ev.get("new"))
 
 
-def _hang(kit: Kit, cls: str, expected: str, hang: Hang, cdn: str = "", **kw: object) -> Run:
+def _hang(kit: Kit, cls: str, hang: Hang, cdn: str = "", **kw: object) -> Run:
     port, stop_cdn = start_cdn(cdn or "trickle")
     env = {
         "FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{port}/",
@@ -125,22 +136,22 @@ def _hang(kit: Kit, cls: str, expected: str, hang: Hang, cdn: str = "", **kw: ob
                 load.stop()
     finally:
         stop_cdn()
-    return Run(cls, expected, named, None if at is None else at - onset)
+    return Run(cls, EXPECTED[cls], named, None if at is None else at - onset)
 
 
 def run_cubin(kit: Kit, cls: str) -> Run:
     trigger = kit.work / cls / "go"
     cdn = "trickle" if cls == "cubin_trickle" else "blackhole"
-    return _hang(kit, cls, "cubin_download_stall", Hang(mode="cubin", trigger=trigger), cdn)
+    return _hang(kit, cls, Hang(mode="cubin", trigger=trigger), cdn)
 
 
 def run_collective(kit: Kit, cls: str) -> Run:
     hang = Hang(mode="block", rank=1, trigger=kit.work / cls / "go")
-    return _hang(kit, cls, "collective_hang", hang, tp=2)
+    return _hang(kit, cls, hang, tp=2)
 
 
 def run_exception(kit: Kit, cls: str) -> Run:
-    return _hang(kit, cls, "engine_dead", Hang(mode="raise", trigger=kit.work / cls / "go"))
+    return _hang(kit, cls, Hang(mode="raise", trigger=kit.work / cls / "go"))
 
 
 def run_illegal(kit: Kit, cls: str) -> Run:
@@ -152,7 +163,7 @@ def run_illegal(kit: Kit, cls: str) -> Run:
         onset = time.time()
         server.complete(timeout=30)
         named, at = first_alarm(wd, onset, 60)
-    return Run(cls, "build_machine_mismatch", named, None if at is None else at - onset)
+    return Run(cls, EXPECTED[cls], named, None if at is None else at - onset)
 
 
 def run_sigstop(kit: Kit, cls: str) -> Run:
@@ -168,7 +179,7 @@ def run_sigstop(kit: Kit, cls: str) -> Run:
             core.send_signal(signal.SIGCONT)
         finally:
             load.stop()
-    return Run(cls, "stopped", named, None if at is None else at - onset)
+    return Run(cls, EXPECTED[cls], named, None if at is None else at - onset)
 
 
 def run_gpu_spin_sim(kit: Kit, cls: str) -> Run:
@@ -198,7 +209,7 @@ def run_gpu_spin_sim(kit: Kit, cls: str) -> Run:
     finally:
         sim.kill()
         sim.wait()
-    return Run(cls, "gpu_kernel_spin", named, None if at is None else at - onset)
+    return Run(cls, EXPECTED[cls], named, None if at is None else at - onset)
 
 
 def _quiet(kit: Kit, cls: str, serve: Callable[[VllmServer, Watchdog], float], **kw: object) -> Run:
@@ -314,8 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 run = RUNNERS[cls](kit, cls)
             except AssertionError as e:  # the harness could not set the run up: a miss, said
                 print(f"[scorecard] {cls} run {i}: {str(e).splitlines()[0]}", flush=True)
-                expected = "" if cls in QUIET else EXPECTED.get(cls, "")
-                run = Run(cls, expected, "error", None, alarms=1 if cls in QUIET else 0)
+                quiet = cls not in EXPECTED
+                run = Run(cls, EXPECTED.get(cls, ""), "error", None, alarms=int(quiet))
             runs.append(run)
             print(f"[scorecard] {json.dumps(run.to_json())}", flush=True)
             if args.out is not None:
@@ -323,18 +334,6 @@ def main(argv: list[str] | None = None) -> int:
                     fh.write(json.dumps(run.to_json()) + "\n")
     print(table(runs))
     return 0
-
-
-QUIET = frozenset({"healthy_drain", "idle", "stats_150s", "cold_compile", "slow_load"})
-EXPECTED = {
-    "cubin_trickle": "cubin_download_stall",
-    "cubin_silent": "cubin_download_stall",
-    "tp2_collective": "collective_hang",
-    "sigstop": "stopped",
-    "worker_exception": "engine_dead",
-    "illegal_instruction": "build_machine_mismatch",
-    "gpu_spin_sim": "gpu_kernel_spin",
-}
 
 
 if __name__ == "__main__":

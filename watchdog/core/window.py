@@ -62,7 +62,6 @@ class Progress:
     bar_desc: str | None = None  # the bar that most recently redrew
     ratio: float | None = None
     counters: dict[str, float] = field(default_factory=dict)  # /metrics counters last seen
-    counters_live: bool = False  # this tick's /metrics gave the token counters
     stats_pending: bool = False  # last `Engine 000:` line had running or waiting > 0
     metrics_pending: bool | None = None  # None: no /metrics figures
     read_bytes: int | None = None
@@ -151,9 +150,9 @@ class Window:
         p.facts.update({k: v for k, v in obs.facts.items() if v is not None})
         # This tick's /metrics token counters, when read, say to the tick whether tokens moved.
         v = obs.server
-        p.counters_live = v is not None and v.up and v.generation_tokens is not None
+        counted = v is not None and v.up and v.generation_tokens is not None
         for ev in obs.logs:
-            self._log_event(ev, obs.t)
+            self._log_event(ev, obs.t, counted)
         if obs.canary is not None:
             self._canary(obs.canary, obs.t)
         if obs.server is not None and obs.server.up:
@@ -227,7 +226,7 @@ class Window:
             p.phase, p.phase_since = phase, t
             self._advance(t, f"entered {phase}")
 
-    def _log_event(self, ev: LogEvent, t: float) -> None:
+    def _log_event(self, ev: LogEvent, t: float, counted: bool) -> None:
         """One line's meaning (core/events.py) applied: its phase, its progress, its witness."""
         p = self.progress
         te = typed(ev)
@@ -235,7 +234,7 @@ class Window:
         if phase is not None and not (phase is Phase.READY and p.phase == "ready"):
             self._set_phase(phase.value, t)
         what = p.reader.of(te)
-        if what is not None and not (isinstance(te, StatsLine) and p.counters_live):
+        if what is not None and not (isinstance(te, StatsLine) and counted):
             # A stats line's throughput is the average over its interval (vLLM logs it every
             # VLLM_LOG_STATS_INTERVAL, 10 s): it says tokens moved at some time in the last
             # interval, not now. Where the counters are read each tick they say when; the line

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import socket
-import struct
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ import psutil
 from watchdog.core.model import Connection
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
 from watchdog.sources.procenv import read_environ
-from watchdog.sources.tcpdiag import _BYTES_RECEIVED_AT, DiagUnavailable, PortDiag
+from watchdog.sources.tcpdiag import DiagUnavailable, PortDiag, bytes_received
 
 log = logging.getLogger("hang_watchdog.sources.conns")
 
@@ -229,8 +228,9 @@ def received_by_ports(peer_ports: Iterable[int]) -> dict[tuple[int, int], int]:
     out: dict[tuple[int, int], int] = {}
     for port in set(peer_ports):
         for s in PortDiag(port).sockets():
-            if len(s.info) >= _BYTES_RECEIVED_AT + 8:
-                out[(s.sport, s.dport)] = struct.unpack_from("=Q", s.info, _BYTES_RECEIVED_AT)[0]
+            got = bytes_received(s)
+            if got is not None:
+                out[(s.sport, s.dport)] = got
     return out
 
 

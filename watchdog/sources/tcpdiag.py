@@ -174,6 +174,13 @@ def unanswered(
     return PortDiag(port).unanswered(exclude_peers=exclude_peers, min_age_s=min_age_s)
 
 
+def bytes_received(s: TcpSocket) -> int | None:
+    """tcpi_bytes_received of the socket's tcp_info, None on a kernel before 4.1."""
+    if len(s.info) < _BYTES_RECEIVED_AT + 8:
+        return None
+    return int(struct.unpack_from("=Q", s.info, _BYTES_RECEIVED_AT)[0])
+
+
 def pending(
     sockets: Iterable[TcpSocket],
     port: int,
@@ -190,11 +197,8 @@ def pending(
             continue
         (last_sent,) = struct.unpack_from("=I", info, _LAST_SENT_AT)
         (last_recv,) = struct.unpack_from("=I", info, _LAST_RECV_AT)
-        received = (
-            struct.unpack_from("=Q", info, _BYTES_RECEIVED_AT)[0]
-            if len(info) >= _BYTES_RECEIVED_AT + 8
-            else 1
-        )
+        got = bytes_received(s)
+        received = 1 if got is None else got
         # Times are "ms ago": a request received after the last send has the smaller age.
         if received and last_recv <= last_sent and last_recv >= min_age_s * 1000:
             out.append(PendingRequest(s.dport, last_recv / 1000.0, s.inode))
