@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
 
 import psutil
@@ -23,7 +22,9 @@ TAG_VAR = "HANG_WATCHDOG_TREE"
 
 def new_tag() -> str:
     """A tag no other process tree has: this watchdog's pid and 48 random bits."""
-    return f"{os.getpid()}.{secrets.token_hex(6)}"
+    # os.urandom, not `secrets`: secrets imports hashlib, whose _hashlib maps OpenSSL's
+    # libcrypto (about 3.5 MiB RSS) into a daemon that hashes nothing.
+    return f"{os.getpid()}.{os.urandom(6).hex()}"
 
 
 def tagged(tag: str, proc_dir: str = "/proc") -> list[psutil.Process]:
