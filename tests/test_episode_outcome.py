@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
-
 from tests.obsbuilder import Timeline, gpu, procs
 from tests.tickkit import TickKit
 from watchdog.core.classify import Thresholds, classify
@@ -16,6 +14,7 @@ from watchdog.core.model import ServerSample, Verdict
 from watchdog.core.signatures import load_signatures
 from watchdog.daemon.episodes import EpisodeHook
 from watchdog.outputs.export import MetricsSink
+from watchdog.outputs.exposition import render_text
 from watchdog.outputs.incident import IncidentWriter
 
 
@@ -37,8 +36,7 @@ def _run(
     silence_s: int, tmp_path: Path, restart: bool = False
 ) -> tuple[list[Verdict], _Daemon, str]:
     sigs, th = load_signatures(), Thresholds()
-    registry = CollectorRegistry()
-    sink = MetricsSink([s.id for s in sigs.signatures], version="test", registry=registry)
+    sink = MetricsSink([s.id for s in sigs.signatures], version="test")
     writer = IncidentWriter(tmp_path / "incidents")
     hook = EpisodeHook(writer=writer, metrics=sink, stalled_incident_after_s=20.0)
     daemon = _Daemon()
@@ -61,7 +59,7 @@ def _run(
         v = classify(daemon.window, sigs, th)
         verdicts.append(v)
         hook.on_tick(daemon.tick(obs, v))
-    return verdicts, daemon, generate_latest(registry).decode()
+    return verdicts, daemon, render_text(sink.collect()).decode()
 
 
 def test_a_40_s_silence_that_ends_by_itself_is_recovered_on_its_own(tmp_path: Path) -> None:

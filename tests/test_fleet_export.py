@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from watchdog.core.model import Observation, ProcInfo, ProcSnapshot, RankView, Verdict
 from watchdog.outputs.export import MetricsSink
+from watchdog.outputs.exposition import render_text
 from watchdog.outputs.fleet import FleetLabels
 
 WORKERS = tuple(
@@ -17,7 +17,7 @@ API = ProcInfo(10, 1, "python", "vllm serve meta-llama/Llama-3.1-405B")
 
 def _scrape(sink: MetricsSink) -> dict[str, list[tuple[dict[str, str], float]]]:
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    text = generate_latest(sink.registry).decode()
+    text = render_text(sink.collect()).decode()
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
             out.setdefault(s.name, []).append((s.labels, s.value))

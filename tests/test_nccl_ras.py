@@ -154,7 +154,6 @@ def test_diagnose_shows_nccl_ras_evidence(standin, tmp_path) -> None:
 
 def _exported(ras: RasSource) -> dict[tuple[str, tuple[str, ...]], float]:
     """What /metrics carries for one loop of a daemon whose only source is `ras`."""
-    from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
     from watchdog.config import Config
@@ -162,6 +161,7 @@ def _exported(ras: RasSource) -> dict[tuple[str, tuple[str, ...]], float]:
     from watchdog.core.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
     from watchdog.outputs.export import MetricsSink
+    from watchdog.outputs.exposition import render_text
 
     sink = MetricsSink([], version="test")
     daemon = Daemon(Config(metrics_addr="off", cdn_default=False), load_signatures(), [ras])
@@ -170,7 +170,7 @@ def _exported(ras: RasSource) -> dict[tuple[str, tuple[str, ...]], float]:
     finally:
         daemon.close()
     sink.observe(obs, Verdict(state="idle"), None)
-    text = generate_latest(sink.registry).decode()
+    text = render_text(sink.collect()).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for fam in text_string_to_metric_families(text)

@@ -1,27 +1,20 @@
 """Prometheus exporter: a sink the daemon updates each loop, read fresh at every scrape.
 
-The sink is a custom collector (as in prometheus/client_python's ProcessCollector): each scrape
-builds new metric families from the latest loop, so a GPU or CDN host that vanished leaves no
-stale series. Nothing is registered at import; the daemon owns its CollectorRegistry.
+The sink works as a custom collector does in prometheus/client_python (its ProcessCollector):
+each scrape builds new metric families from the latest loop, so a GPU or CDN host that vanished
+leaves no stale series. The families and their text are the daemon's own
+(outputs/exposition.py): prometheus_client is not imported, nor its HTTP stack.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector
-
 from watchdog.core.model import STATES, Observation, Verdict
+from watchdog.outputs.exposition import Family
 from watchdog.outputs.fleet import FleetLabels, fleet_series
 from watchdog.outputs.metrics_table import (
     EPISODE_OUTCOMES,
@@ -37,11 +30,9 @@ from watchdog.outputs.metrics_table import (
 Series = list[tuple[tuple[str, ...], float]]
 
 
-def _family(spec: MetricSpec) -> Any:
-    """An empty family of the right type for one row of the table (typed Any: the three
-    families' add_metric take different arguments)."""
-    kinds = {"counter": CounterMetricFamily, "histogram": HistogramMetricFamily}
-    return kinds.get(spec.type, GaugeMetricFamily)(spec.name, spec.help, labels=list(spec.labels))
+def _family(spec: MetricSpec) -> Family:
+    """An empty family for one row of the table."""
+    return Family.of(spec.name, spec.type, spec.help, spec.labels)
 
 
 def _optional(value: float | None) -> Series:
@@ -99,15 +90,14 @@ _DRAM = "hang_watchdog_gpu_dram_bandwidth_utilization_ratio"
 _POWER = "hang_watchdog_gpu_power_watts"
 
 
-class MetricsSink(Collector):
-    """Holds the daemon's CollectorRegistry and updates it from each loop iteration."""
+class MetricsSink:
+    """The exported series, updated from each loop iteration and read by every scrape."""
 
     def __init__(
         self,
         signatures: Sequence[str],
         *,
         version: str,
-        registry: CollectorRegistry | None = None,
         stale_after_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -115,7 +105,6 @@ class MetricsSink(Collector):
     ) -> None:
         if stale_after_s <= 0:
             raise ValueError(f"stale_after_s must be > 0 seconds, got {stale_after_s!r}")
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._version = version
         self._fleet = fleet if fleet is not None else FleetLabels.resolve("", "")
         self._stale_after_s = stale_after_s
@@ -145,7 +134,6 @@ class MetricsSink(Collector):
             "hang_watchdog_state": [((s,), 0.0) for s in STATES],
             "hang_watchdog_last_loop_timestamp_seconds": [((), wall())],
         }
-        self.registry.register(self)
 
     def observe(
         self,
@@ -251,24 +239,22 @@ class MetricsSink(Collector):
         """True while a loop completed within stale_after_s."""
         return self.seconds_since_loop() <= self._stale_after_s
 
-    def describe(self) -> list[Metric]:
-        """Empty: stops the registry from calling collect() at register time."""
-        return []
-
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> list[Family]:
         """Fresh families from the latest loop, in table order (called at every scrape)."""
         with self._lock:
             values = {**self._series, **self._counters()}
             buckets = [(repr(b), c) for b, c in zip(LOOP_BUCKETS, self._buckets, strict=True)]
             buckets.append(("+Inf", float(self._loop_count)))
             loop_sum = self._loop_sum
+        out = []
         for spec in METRICS:
             family = _family(spec)
             if spec.type == "histogram":
-                family.add_metric([], buckets=buckets, sum_value=loop_sum)
+                family.add_histogram((), buckets, loop_sum)
             for labels, value in values.get(spec.name, []):
-                family.add_metric(list(labels), value)
-            yield family
+                family.add(labels, value)
+            out.append(family)
+        return out
 
     def _counters(self) -> dict[str, Series]:
         """The series that outlive a loop: signatures, counters, remediation state."""

@@ -1,7 +1,15 @@
-"""The exporter's HTTP side: `/metrics` and `/healthz` on their own thread.
+"""The exporter's HTTP side: `/metrics` and `/healthz` from one thread of non-blocking sockets.
 
 Separate from the sink so a stuck loop still answers `/healthz` (with 503) and the address
 parsing is testable alone. Binds 127.0.0.1 unless the operator configures otherwise.
+
+Not `http.server`: it imports `http.client` (and so `ssl`, OpenSSL's libssl and libcrypto) and
+`email` to parse two header lines, several MiB of a daemon's RSS. A scrape is one small GET
+answered with `Connection: close`, as prometheus_client's server (BaseHTTPRequestHandler,
+HTTP/1.0) answers it. One selector holds every connection: a request is read as it arrives,
+answered once its headers are complete, and its reply written as the client takes it, so a slow
+or silent client costs a file descriptor, never a thread, and cannot delay another scrape or
+the daemon's loop.
 """
 
 from __future__ import annotations
@@ -13,12 +21,17 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import choose_encoder
+from watchdog.outputs.exposition import (
+    OPENMETRICS_CONTENT_TYPE,
+    TEXT_CONTENT_TYPE,
+    Family,
+    render_openmetrics,
+    render_text,
+    wants_openmetrics,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +39,9 @@ DEFAULT_ADDR = "127.0.0.1:9433"
 
 
 class Scrapeable(Protocol):
-    """What the server reads: the registry to encode and the loop's freshness."""
+    """What the server reads: the families to render and the loop's freshness."""
 
-    registry: CollectorRegistry
+    def collect(self) -> Iterable[Family]: ...
 
     def healthy(self) -> bool: ...
 
@@ -60,194 +73,210 @@ def parse_addr(addr: str) -> tuple[str, int] | None:
     return host, int(port)
 
 
-CONNECTION_TIMEOUT_S = 10.0  # a handler waiting on a client (a reply it never reads) gives up
+CONNECTION_TIMEOUT_S = 10.0  # a connection answered and closed by then (a reply never read)
 HEADER_DEADLINE_S = 5.0  # a request must have arrived in full by then (slowloris)
-MAX_PENDING = 1024  # connections still sending their request; the oldest beyond are dropped
-MAX_HANDLERS = 32  # requests answered at once (each takes a thread)
-RECHECK_S = 0.05  # how often connections holding part of a request are looked at again
+MAX_PENDING = 1024  # open connections; the oldest beyond are dropped
+MAX_HEAD_BYTES = 65536  # a request head larger than this is refused (400)
 LISTEN_BACKLOG = 128  # socketserver's default of 5 makes a burst of scrapers wait seconds
+_TEXT = "text/plain; charset=utf-8"
+REASONS: tuple[tuple[int, str], ...] = (
+    (200, "OK"),
+    (400, "Bad Request"),
+    (404, "Not Found"),
+    (405, "Method Not Allowed"),
+    (500, "Internal Server Error"),
+    (503, "Service Unavailable"),
+)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """Serves /metrics and /healthz from the sink attached to the server."""
-
-    server: _Server
-    timeout = CONNECTION_TIMEOUT_S  # socketserver applies it to the connection (settimeout)
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        """Route one GET request."""
-        path = self.path.split("?", 1)[0]
-        sink = self.server.sink
-        if path == "/metrics":
-            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-            self._reply(200, encoder(sink.registry), content_type)
-        elif path == "/healthz":
-            if sink.healthy():
-                self._reply(200, b"ok\n", "text/plain; charset=utf-8")
-            else:
-                age = sink.seconds_since_loop()
-                body = f"stale: last loop {age:.0f} s ago\n".encode()
-                self._reply(503, body, "text/plain; charset=utf-8")
-        else:
-            self._reply(404, b"not found: try /metrics or /healthz\n", "text/plain")
-
-    def _reply(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        """Scrapes every few seconds would flood the log: keep them at debug."""
-        log.debug("metrics %s %s", self.address_string(), format % args)
+def respond(sink: Scrapeable, head: bytes) -> bytes:
+    """The whole HTTP response to one request head (request line and headers)."""
+    lines = head.decode("latin-1").split("\n")
+    parts = lines[0].split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        return _response(400, b"bad request\n", _TEXT)
+    method, target = parts[0], parts[1]
+    if method != "GET":
+        return _response(405, b"only GET\n", _TEXT, extra="Allow: GET\r\n")
+    path = target.split("?", 1)[0]
+    if path == "/metrics":
+        accept = ",".join(
+            value for name, _, value in (h.partition(":") for h in lines[1:])
+            if name.strip().lower() == "accept"
+        )  # fmt: skip
+        if wants_openmetrics(accept):
+            return _response(200, render_openmetrics(sink.collect()), OPENMETRICS_CONTENT_TYPE)
+        return _response(200, render_text(sink.collect()), TEXT_CONTENT_TYPE)
+    if path == "/healthz":
+        if sink.healthy():
+            return _response(200, b"ok\n", _TEXT)
+        body = f"stale: last loop {sink.seconds_since_loop():.0f} s ago\n".encode()
+        return _response(503, body, _TEXT)
+    return _response(404, b"not found: try /metrics or /healthz\n", _TEXT)
 
 
-class _Server(ThreadingHTTPServer):
-    """A threading HTTP server that carries the sink and speaks IPv4 or IPv6.
+def _response(status: int, body: bytes, content_type: str, extra: str = "") -> bytes:
+    head = (
+        f"HTTP/1.0 {status} {dict(REASONS)[status]}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
 
-    A connection gets a thread only once its request has fully arrived: until then it waits
-    in one selector (`_Gate`), so slow or idle clients cost a file descriptor, not a thread,
-    and cannot starve /healthz. Clients that hang up early are routine, not tracebacks.
-    """
 
-    daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
+class _Conn:
+    """One client: what it has sent so far, the reply still to write, and its deadlines."""
+
+    __slots__ = ("sock", "head", "reply", "head_by", "done_by")
+
+    def __init__(self, sock: socket.socket, now: float) -> None:
+        self.sock = sock
+        self.head = bytearray()
+        self.reply: memoryview | None = None
+        self.head_by = now + HEADER_DEADLINE_S
+        self.done_by = now + CONNECTION_TIMEOUT_S
+
+
+class _Server:
+    """The listening socket and its connections, served by `serve` on one thread."""
 
     def __init__(self, host: str, port: int, sink: Scrapeable) -> None:
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.listener.bind((host, port))
+            self.listener.listen(LISTEN_BACKLOG)
+        except OSError:
+            self.listener.close()
+            raise
+        self.listener.setblocking(False)
         self.sink = sink
-        self._slots = threading.BoundedSemaphore(MAX_HANDLERS)
         self.dropped = 0
-        self._gate: _Gate | None = None
-        super().__init__((host, port), _Handler)
-        self._gate = _Gate(self._dispatch, self._drop)
+        self._conns: dict[socket.socket, _Conn] = {}  # oldest first
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._sel.register(self.listener, selectors.EVENT_READ)
+        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        self._stopping = False
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        assert self._gate is not None
-        self._gate.add(request, client_address)
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.listener.getsockname()[:2]
+        return str(host), int(port)
 
-    def _dispatch(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(timeout=CONNECTION_TIMEOUT_S):
-            self._drop(request, "too many requests at once")
+    def serve(self) -> None:
+        while not self._stopping:
+            for key, mask in self._sel.select(timeout=self._wait()):
+                if key.fileobj is self.listener:
+                    self._accept()
+                elif isinstance(conn := key.data, _Conn) and conn.sock in self._conns:
+                    self._write(conn) if mask & selectors.EVENT_WRITE else self._read(conn)
+            self._expire()
+        for sock in list(self._conns):
+            self._close(sock)
+        self._sel.close()
+        self.listener.close()
+        self._wake_r.close()
+
+    def stop(self) -> None:
+        self._stopping = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")
+
+    def close_waker(self) -> None:
+        self._wake_w.close()
+
+    def _wait(self) -> float:
+        """Seconds until the nearest deadline (at most 1 s; nothing to wait for: 1 s)."""
+        if not self._conns:
+            return 1.0
+        now = time.monotonic()
+        soonest = min(c.done_by if c.reply is not None else c.head_by for c in self._conns.values())
+        return min(1.0, max(0.0, soonest - now))
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors, say: the backlog waits a moment
+                log.debug("metrics: accept failed: %s", exc)
+                time.sleep(0.05)  # the listener stays readable: do not spin on it
+                return
+            sock.setblocking(False)
+            if len(self._conns) >= MAX_PENDING:
+                self._drop(next(iter(self._conns)), f"more than {MAX_PENDING} connections open")
+            self._conns[sock] = _Conn(sock, time.monotonic())
+            self._sel.register(sock, selectors.EVENT_READ, self._conns[sock])
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(MAX_HEAD_BYTES)
+        except (BlockingIOError, InterruptedError):
             return
-        super().process_request(request, client_address)
+        except OSError:
+            data = b""
+        if not data:  # closed (or reset) before the request was complete
+            self._close(conn.sock)
+            return
+        conn.head += data
+        end = _head_end(conn.head)
+        if end < 0 and len(conn.head) < MAX_HEAD_BYTES:
+            return
+        if end < 0:
+            reply = _response(400, b"request head too large\n", _TEXT)
+        else:
+            try:
+                reply = respond(self.sink, bytes(conn.head[:end]))
+            except Exception:  # the sink failed: this scrape gets a 500, the server serves on
+                log.warning("metrics: answering a request failed", exc_info=True)
+                reply = _response(500, b"internal error\n", _TEXT)
+        conn.reply = memoryview(reply)
+        self._sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
+        self._write(conn)
 
-    def _drop(self, request: Any, why: str) -> None:
+    def _write(self, conn: _Conn) -> None:
+        assert conn.reply is not None
+        try:
+            sent = conn.sock.send(conn.reply)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # the client hung up: routine, never a traceback
+            self._close(conn.sock)
+            return
+        conn.reply = conn.reply[sent:]
+        if not conn.reply:
+            self._close(conn.sock)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for sock, conn in list(self._conns.items()):
+            if conn.reply is None and now > conn.head_by:
+                self._drop(sock, f"request not complete within {HEADER_DEADLINE_S:.0f} s")
+            elif now > conn.done_by:
+                self._drop(sock, f"reply not taken within {CONNECTION_TIMEOUT_S:.0f} s")
+
+    def _drop(self, sock: socket.socket, why: str) -> None:
         self.dropped += 1
         if self.dropped == 1 or self.dropped % 1000 == 0:
             log.warning("metrics: %d connection(s) dropped so far (latest: %s)", self.dropped, why)
-        self.shutdown_request(request)
+        self._close(sock)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that disconnects or times out mid-request: one debug line, never a
-        traceback on stderr (it would break --log-format json)."""
-        log.debug("metrics: connection from %s ended early", client_address, exc_info=True)
-
-    def server_close(self) -> None:
-        if self._gate is not None:
-            self._gate.close()
-        super().server_close()
-
-
-class _Gate:
-    """Holds new connections in one selector until their request headers are complete."""
-
-    def __init__(
-        self,
-        ready: Callable[[Any, Any], None],
-        drop: Callable[[Any, str], None],
-    ) -> None:
-        self._ready, self._drop = ready, drop
-        self._sel = selectors.DefaultSelector()
-        self._pending: dict[Any, tuple[Any, float]] = {}  # socket -> (address, deadline)
-        self._lock = threading.Lock()
-        self._partial: set[Any] = set()  # hold part of a request; polled, not selected
-        self._last_recheck = 0.0
-        self._closed = False
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="metrics-gate", daemon=True)
-        self._thread.start()
-
-    def add(self, sock: Any, address: Any) -> None:
-        with self._lock:
-            if len(self._pending) >= MAX_PENDING:
-                oldest = min(self._pending, key=lambda s: self._pending[s][1])
-                self._forget(oldest)
-                self._drop(oldest, f"more than {MAX_PENDING} connections still sending")
-            self._pending[sock] = (address, time.monotonic() + HEADER_DEADLINE_S)
-            self._sel.register(sock, selectors.EVENT_READ)
-        self._wake.set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._wake.set()
-
-    def _forget(self, sock: Any) -> None:
-        self._pending.pop(sock, None)
-        if sock in self._partial:
-            self._partial.discard(sock)
-            return
+    def _close(self, sock: socket.socket) -> None:
+        self._conns.pop(sock, None)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self._sel.unregister(sock)
+        sock.close()
 
-    def _run(self) -> None:
-        while not self._closed:
-            with self._lock:
-                empty = not self._pending
-            if empty:  # idle: sleep until a connection arrives, no polling
-                self._wake.wait(1.0)
-                self._wake.clear()
-                continue
-            for key, _ in self._sel.select(timeout=RECHECK_S):
-                self._check(key.fileobj)
-            self._recheck_partial()
-            now = time.monotonic()
-            with self._lock:
-                late = [s for s, (_, end) in self._pending.items() if end < now]
-                for sock in late:
-                    self._forget(sock)
-            for sock in late:
-                self._drop(sock, f"request not complete within {HEADER_DEADLINE_S:.0f} s")
 
-    def _recheck_partial(self) -> None:
-        """Sockets holding part of a request are out of the selector (they stay readable, which
-        would spin it): peek at them again every RECHECK_S instead."""
-        now = time.monotonic()
-        if now - self._last_recheck < RECHECK_S:
-            return
-        self._last_recheck = now
-        for sock in list(self._partial):
-            self._check(sock)
-
-    def _check(self, sock: Any) -> None:
-        try:
-            head = sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT)
-        except BlockingIOError:
-            return
-        except OSError:
-            head = b""
-        complete = b"\r\n\r\n" in head or b"\n\n" in head or len(head) >= 65536
-        if head and not complete:
-            with self._lock:
-                if sock in self._pending and sock not in self._partial:
-                    self._partial.add(sock)
-                    with contextlib.suppress(KeyError, ValueError, OSError):
-                        self._sel.unregister(sock)
-            return
-        with self._lock:
-            address = self._pending.get(sock, (None, 0.0))[0]
-            self._forget(sock)
-        if not head:
-            self._drop(sock, "closed before sending a request")
-            return
-        self._ready(sock, address)
+def _head_end(buf: bytearray) -> int:
+    """Where a complete request head ends (its blank line), or -1."""
+    for sep in (b"\r\n\r\n", b"\n\n"):
+        i = buf.find(sep)
+        if i >= 0:
+            return i
+    return -1
 
 
 class MetricsServer:
@@ -275,19 +304,17 @@ class MetricsServer:
                 "pick another --metrics-addr or 'off'",
             ) from exc
         self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, name="metrics-http", daemon=True
-        )
+        self._thread = threading.Thread(target=server.serve, name="metrics-http", daemon=True)
         self._thread.start()
-        host, port = server.server_address[:2]
-        return str(host), int(port)
+        return server.address
 
     def stop(self) -> None:
         """Stop serving and close the socket; safe to call twice."""
         server, thread = self._server, self._thread
         self._server, self._thread = None, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.stop()
         if thread is not None:
             thread.join(timeout=5)
+        if server is not None:
+            server.close_waker()
