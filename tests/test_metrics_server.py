@@ -170,7 +170,8 @@ built = build(cfg)
 built.server.start()
 built.daemon.tick()
 built.close()
-heavy = ("prometheus_client", "http.server", "http.client", "ssl", "email", "hashlib", "urllib.request")
+heavy = ("prometheus_client", "http.server", "http.client", "ssl", "email", "hashlib",
+         "urllib.request")
 print(" ".join(m for m in heavy if m in sys.modules) or "none")
 """
 
@@ -195,5 +196,7 @@ def test_the_default_daemon_loads_no_http_or_tls_stack(tmp_path: Path) -> None:
 def test_observe_then_scrape_follows_the_verdict(sink: MetricsSink, addr: tuple[str, int]) -> None:
     sink.observe(Observation(t=1.0, wall=2.0), Verdict(state="serving"), 0.1)
     text = httpx.get(f"http://{addr[0]}:{addr[1]}/metrics", timeout=10).text
-    states = next(f for f in text_string_to_metric_families(text) if f.name == "hang_watchdog_state")
+    states = next(
+        f for f in text_string_to_metric_families(text) if f.name == "hang_watchdog_state"
+    )
     assert [s.labels["state"] for s in states.samples if s.value == 1.0] == ["serving"]

@@ -20,7 +20,6 @@ TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
-
 @dataclass(frozen=True)
 class Sample:
     """One line of a family: its full name (with `_total`, `_bucket`...), labels and value

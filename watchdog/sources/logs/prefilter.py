@@ -9,7 +9,9 @@ the escape can join a key that the raw bytes split.
 
 The scan uses Hyperscan (Intel's multi-literal matcher, PyPI `hyperscan`) where it is
 installed: it finds all keys in one pass at several GB/s. Without it, one `bytes.find` pass per
-key (stdlib, about 25x slower with 40 keys, still far faster than per-line regexes).
+key (stdlib, about 25x slower with 40 keys, still far faster than per-line regexes). A
+long-running daemon compiles its database in a child process (sources/logs/hsbuild.py): the
+compiler's memory and code pages leave with the child.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from watchdog.core.literals import required_literals
+from watchdog.sources.logs.hsbuild import compile_apart
 from watchdog.sources.logs.split import line_spans
 
 try:  # an optional binding without type information
@@ -36,16 +39,21 @@ __all__ = ["Prefilter", "keys_of", "required_literals", "spans_at"]
 class Prefilter:
     """Finds the lines of a block that contain any key (or an ANSI escape)."""
 
-    def __init__(self, keys: Iterable[str] | None, *, hyperscan: bool = True) -> None:
+    def __init__(
+        self, keys: Iterable[str] | None, *, hyperscan: bool = True, in_child: bool = False
+    ) -> None:
         """`keys=None` disables the filter: every line is a candidate; `hyperscan=False`
-        uses the stdlib scan even where Hyperscan is installed (tests run both)."""
+        uses the stdlib scan even where Hyperscan is installed (tests run both); `in_child`
+        compiles the Hyperscan database in a child process (the daemon: see hsbuild.py)."""
         self.keys: tuple[bytes, ...] | None = None
         self._db = None
         if keys is None:
             return
         uniq = sorted({k.encode() for k in keys if k} | {_ESC})
         self.keys = tuple(k for k in uniq if not any(o != k and o in k for o in uniq))
-        self._db = _compile(self.keys) if hyperscan and _hs is not None else None
+        if hyperscan and _hs is not None:
+            db = compile_apart(_hs, self.keys) if in_child else None
+            self._db = db if db is not None else _compile(self.keys)
 
     @property
     def engine(self) -> str:

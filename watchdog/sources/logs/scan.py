@@ -28,13 +28,15 @@ def prefilter_for(
     *,
     hyperscan: bool = True,
     patterns: LogPatterns | None = None,
+    in_child: bool = False,
 ) -> Prefilter:
     """The prefilter for the parser's keys (of `patterns`, else the engine-neutral ones), the keep
-    pattern's literals and `extra` keys."""
+    pattern's literals and `extra` keys (`in_child`: see Prefilter)."""
     keep_keys = required_literals(keep)
     if keep_keys is None:  # a keep rule without a literal: every line must be parsed
         return Prefilter(None)
-    return Prefilter((*literal_keys(patterns), *keep_keys, *extra), hyperscan=hyperscan)
+    keys = (*literal_keys(patterns), *keep_keys, *extra)
+    return Prefilter(keys, hyperscan=hyperscan, in_child=in_child)
 
 
 def parse_text(
@@ -136,13 +138,17 @@ class StackBlocks:
     """
 
     def __init__(
-        self, parser: BlockScanner, *, clock: Callable[[], float] = time.monotonic
+        self,
+        parser: BlockScanner,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        in_child: bool = False,
     ) -> None:
         from watchdog.sources.logs.stackdumps import start_keys
 
         self.parser = parser
         keys = start_keys()
-        self.starts = Prefilter(keys) if keys is not None else Prefilter(None)
+        self.starts = Prefilter(keys, in_child=in_child) if keys is not None else Prefilter(None)
         self._clock = clock
         self._odd = True  # the block being scanned has an escape or a non-ASCII byte
 

@@ -19,7 +19,7 @@ from watchdog.core.model import LogEvent
 from watchdog.core.openops import OpDef, keep_with_ops
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 from watchdog.sources.logs.parse import LogPatterns, clean_line, parse_line
-from watchdog.sources.logs.scan import BlockScanner, StackBlocks, tail_lines
+from watchdog.sources.logs.scan import BlockScanner, StackBlocks, prefilter_for, tail_lines
 from watchdog.sources.logs.split import Block, BlockSplitter, count_eols
 from watchdog.sources.logs.stackdumps import StackScanner
 from watchdog.sources.logs.stream import StreamReader
@@ -223,7 +223,10 @@ class LogSource:
         budget_s: float = 0.3,
         clock: Callable[[], float] = time.monotonic,
         on_skip: Callable[[str, int], None] | None = None,
+        compile_in_child: bool = False,
     ) -> None:
+        """`compile_in_child`: the prefilters' Hyperscan databases are compiled by a child
+        process (a long-running daemon's memory: sources/logs/hsbuild.py)."""
         self.name = name
         self.health = SourceHealth(name)
         self.dropped_events = 0
@@ -237,8 +240,11 @@ class LogSource:
         # required, so that a source built without them cannot silently read no engine's lines
         # (parse.NO_ENGINES says so explicitly). Each source holds its own: nothing module-wide.
         self._patterns = patterns
-        self._scanner = BlockScanner(self._keep, patterns=patterns, clock=clock)
-        self._stack_blocks = StackBlocks(self._scanner, clock=clock)
+        prefilter = prefilter_for(self._keep, patterns=patterns, in_child=compile_in_child)
+        self._scanner = BlockScanner(
+            self._keep, prefilter=prefilter, patterns=patterns, clock=clock
+        )
+        self._stack_blocks = StackBlocks(self._scanner, clock=clock, in_child=compile_in_child)
         self._budget_s = budget_s
         self._clock = clock
         self._max_events = max_events_per_tick
