@@ -1,12 +1,13 @@
 """Gives the C heap that start-up freed back to the kernel, so a long-running daemon's RSS is
 what its ticks use.
 
-Building the log prefilter compiles a Hyperscan database (`hs_compile_multi`): the database kept
-is about 240 KB, but the compiler's working memory (about 15 MiB for the shipped keys, measured
-with /proc/self/statm around `Database.compile`) is freed into glibc's heap, which keeps it
-mapped and counted in RSS for the life of the process. glibc's `malloc_trim(0)` (malloc/malloc.c,
-glibc >= 2.8 also releases free pages inside the heap, not only at its top) returns it. Where
-the C library has no `malloc_trim` (musl, macOS) this does nothing.
+Start-up parses TOML, compiles a few hundred regexes and builds the knowledge; much of what it
+allocates in C (glibc malloc) is freed again, but glibc keeps freed heap mapped and counted in
+RSS for the life of the process. glibc's `malloc_trim(0)` (malloc/malloc.c; since glibc 2.8 it
+also releases free pages inside the heap, not only at its top) returns it: about 0.8 MiB for a
+default `run`, and about 15 MiB where the log prefilter's Hyperscan database had to be compiled
+in-process (sources/logs/hsbuild.py: its compiler's working memory). Where the C library has no
+`malloc_trim` (musl, macOS) this does nothing.
 """
 
 from __future__ import annotations

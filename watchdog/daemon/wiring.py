@@ -118,7 +118,7 @@ def build(
     _episodes(cfg, remedy, built, kb.packages, logs=logs, gpu=gpu)
     _remediation(cfg, remedy, sigs, built)
     _notify(built)
-    # Start-up's freed C heap (Hyperscan's compiler, above all) back to the kernel: ~15 MiB RSS.
+    # Start-up's freed C heap back to the kernel (daemon/heap.py says how much).
     release_free_heap()
     return built
 
