@@ -6,7 +6,7 @@ For each (GPUs, ranks) point: a healthy simulated vLLM serves on 127.0.0.1 with 
 attaches to it at 1 Hz with every source on (file GPU source, its log, /metrics, the process
 tree, sockets, package facts). After a warm-up, the daemon's CPU time over --seconds and its
 RSS are read from /proc (psutil). The floor: an idle Python process that imports the same
-libraries and serves prometheus_client on 127.0.0.1.
+libraries and serves the daemon's own exporter (an empty sink) on 127.0.0.1.
 
 Then, at the headline point (8 GPUs, 1 rank), what each part of a tick costs: the same daemon
 built in this process by the same wiring, every source's poll, classify and each hook timed
@@ -40,10 +40,13 @@ REPO = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 FLOOR = (
     # The libraries a default `run` loads (httpx only comes with the canary, the smoke test,
-    # dcgm: and fleet queries, all off by default), with nvml's pynvml as deployed.
-    "import time, psutil, pynvml, prometheus_client\n"
+    # dcgm: and fleet queries, all off by default; prometheus_client only with dcgm:), with
+    # nvml's pynvml as deployed, and the daemon's own exporter serving an empty sink.
+    "import time, psutil, pynvml\n"
     "import watchdog.commands.cli, watchdog.daemon.wiring, watchdog.core.classify\n"
-    "prometheus_client.start_http_server(0, addr='127.0.0.1')\n"
+    "from watchdog.outputs.export import MetricsSink\n"
+    "from watchdog.outputs.metrics_http import MetricsServer\n"
+    "MetricsServer(MetricsSink((), version='floor'), '127.0.0.1:0').start()\n"
     "print('ready', flush=True)\n"
     "time.sleep(3600)\n"
 )
@@ -179,7 +182,7 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> None:
     f_cpu, f_rss = floor(args.warmup, args.seconds)
-    print(f"floor process (imports + prometheus_client server): "
+    print(f"floor process (imports + the exporter's server): "
           f"{f_cpu * 100:.2f} % of a core, {f_rss:.1f} MiB RSS")  # fmt: skip
     print(f"{'GPUs':>5} {'ranks':>5} {'CPU % core':>11} {'RSS MiB':>8} {'CPU/floor':>10} "
           f"{'RSS/floor':>10}")  # fmt: skip
