@@ -21,31 +21,12 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterable
-from typing import Protocol
 
-from watchdog.outputs.exposition import (
-    OPENMETRICS_CONTENT_TYPE,
-    TEXT_CONTENT_TYPE,
-    Family,
-    render_openmetrics,
-    render_text,
-    wants_openmetrics,
-)
+from watchdog.outputs.metrics_routes import TEXT, Scrapeable, respond, response
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ADDR = "127.0.0.1:9433"
-
-
-class Scrapeable(Protocol):
-    """What the server reads: the families to render and the loop's freshness."""
-
-    def collect(self) -> Iterable[Family]: ...
-
-    def healthy(self) -> bool: ...
-
-    def seconds_since_loop(self) -> float: ...
 
 
 def parse_addr(addr: str) -> tuple[str, int] | None:
@@ -78,49 +59,6 @@ HEADER_DEADLINE_S = 5.0  # a request must have arrived in full by then (slowlori
 MAX_PENDING = 1024  # open connections; the oldest beyond are dropped
 MAX_HEAD_BYTES = 65536  # a request head larger than this is refused (400)
 LISTEN_BACKLOG = 128  # socketserver's default of 5 makes a burst of scrapers wait seconds
-_TEXT = "text/plain; charset=utf-8"
-REASONS: tuple[tuple[int, str], ...] = (
-    (200, "OK"),
-    (400, "Bad Request"),
-    (404, "Not Found"),
-    (405, "Method Not Allowed"),
-    (500, "Internal Server Error"),
-    (503, "Service Unavailable"),
-)
-
-
-def respond(sink: Scrapeable, head: bytes) -> bytes:
-    """The whole HTTP response to one request head (request line and headers)."""
-    lines = head.decode("latin-1").split("\n")
-    parts = lines[0].split()
-    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-        return _response(400, b"bad request\n", _TEXT)
-    method, target = parts[0], parts[1]
-    if method != "GET":
-        return _response(405, b"only GET\n", _TEXT, extra="Allow: GET\r\n")
-    path = target.split("?", 1)[0]
-    if path == "/metrics":
-        accept = ",".join(
-            value for name, _, value in (h.partition(":") for h in lines[1:])
-            if name.strip().lower() == "accept"
-        )  # fmt: skip
-        if wants_openmetrics(accept):
-            return _response(200, render_openmetrics(sink.collect()), OPENMETRICS_CONTENT_TYPE)
-        return _response(200, render_text(sink.collect()), TEXT_CONTENT_TYPE)
-    if path == "/healthz":
-        if sink.healthy():
-            return _response(200, b"ok\n", _TEXT)
-        body = f"stale: last loop {sink.seconds_since_loop():.0f} s ago\n".encode()
-        return _response(503, body, _TEXT)
-    return _response(404, b"not found: try /metrics or /healthz\n", _TEXT)
-
-
-def _response(status: int, body: bytes, content_type: str, extra: str = "") -> bytes:
-    head = (
-        f"HTTP/1.0 {status} {dict(REASONS)[status]}\r\nContent-Type: {content_type}\r\n"
-        f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
 
 
 class _Conn:
@@ -225,13 +163,13 @@ class _Server:
         if end < 0 and len(conn.head) < MAX_HEAD_BYTES:
             return
         if end < 0:
-            reply = _response(400, b"request head too large\n", _TEXT)
+            reply = response(400, b"request head too large\n", TEXT)
         else:
             try:
                 reply = respond(self.sink, bytes(conn.head[:end]))
             except Exception:  # the sink failed: this scrape gets a 500, the server serves on
                 log.warning("metrics: answering a request failed", exc_info=True)
-                reply = _response(500, b"internal error\n", _TEXT)
+                reply = response(500, b"internal error\n", TEXT)
         conn.reply = memoryview(reply)
         self._sel.modify(conn.sock, selectors.EVENT_WRITE, conn)
         self._write(conn)
