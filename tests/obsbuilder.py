@@ -179,7 +179,7 @@ def verdicts(
 ) -> list[tuple[Observation, Verdict]]:
     """The verdict after each tick, as the daemon would see them."""
     th = th or Thresholds()
-    w = Window(ranks=sigs.ranks, thresholds=th)
+    w = Window(ranks=sigs.ranks, thresholds=th, ops=sigs.ops)
     out = []
     for o in obs:
         w.append(o)

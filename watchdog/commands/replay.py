@@ -135,6 +135,7 @@ def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Threshol
         max_len=max(len(observations), 1),
         ranks=sigs.ranks,
         thresholds=thresholds,
+        ops=sigs.ops,
     )
     for obs in observations:
         window.append(obs)

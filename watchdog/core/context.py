@@ -117,10 +117,17 @@ class Context:
     def leases(self) -> tuple[Lease, ...]:
         """The known long operations open now (core/leases.py) that the server has not moved
         past: one that showed no progress of its own since the server's last progress is
-        not what holds it up (the rule `progress_after` applies to a replayed log)."""
-        last = self.window.progress.last_progress_t
-        found = leases(self.window, self.ops)
-        return tuple(le for le in found if last is None or le.last_t >= last)
+        not what holds it up (the rule `progress_after` applies to a replayed log). One that
+        logs nothing until it ends (`start_holds`, a weight transfer) holds for its bound
+        whatever answered meanwhile: a canary answered before the transfer paused the engine
+        does not show the transfer done."""
+        last, now = self.window.progress.last_progress_t, self.obs.t
+        found = leases(self.window, self.ops, self.window.carried)
+        return tuple(
+            le
+            for le in found
+            if last is None or le.last_t >= last or (le.op.start_holds and not le.lapsed(now))
+        )
 
     def _lapsed(self) -> Lease | None:
         """With no other witness of work: an operation whose lease lapsed. Looked for only

@@ -6,16 +6,23 @@ milestone lines, bytes received on its CDN socket, live compiler children) it ho
 the stall deadline waits for it, and past its bound (`bound_s`) it is `crawling`. Once it
 shows none for `quiet_s` the lease lapses and the stall clock runs from the last progress it
 showed: the hang (wedged). The operations and their bounds are data (openops.toml).
+
+The scan is incremental (`LeaseScan`): the window carries the state of the observations its
+ring dropped (core/leasecarry.py), so an operation opened 40 minutes ago keeps its start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass
 
 from watchdog.core.events import READY_MILESTONES
 from watchdog.core.model import Connection, Observation
 from watchdog.core.openops import OpDef, who_of
+
+MAX_WHOS = 256  # processes one open operation remembers (ranks); bounds the carried state
 
 
 @dataclass(frozen=True)
@@ -27,7 +34,7 @@ class Lease:
     last_t: float
     last_what: str
     bytes_per_s: float | None = None  # its socket's receive rate, over the window
-    eta_s: float | None = None  # from its bar's rate and total, when it has one
+    eta_s: float | None = None  # from its bar's rate and total, or its size and byte rate
     shown: bool = False  # it showed progress of its own, not only its start line
 
     def holds(self, now: float) -> bool:
@@ -54,74 +61,110 @@ class Lease:
         if self.eta_s is not None:
             text += f", ETA {self.eta_s:.0f} s"
         elif self.bytes_per_s is not None:
-            text += ", ETA unknown (the download's size is not visible to the watchdog)"
+            text += ", ETA unknown (its size is neither logged nor visible on the wire)"
         return text
 
 
 @dataclass
-class _Open:
+class OpenLease:
+    """One operation open in a scan (the state the window carries past its ring)."""
+
     whos: set[str]  # the processes that have it open ("" when the log does not say)
     started_t: float
     last_t: float
     last_what: str
     eta_s: float | None = None
     shown: bool = False
+    size: int | None = None  # bytes, when its start line names them (a `size` group)
+    got: int = 0  # bytes its socket received since it opened
 
 
-def leases(observations: Iterable[Observation], ops: Sequence[OpDef]) -> tuple[Lease, ...]:
-    """The operations with a lease (a `quiet_s`) open at the end of `observations`, in op
-    order. An operation opens at its start line, or at a first sign of its own progress when
-    its start is older than the window; its end (or fail) lines close it."""
-    leased = [op for op in ops if op.quiet_s is not None]
-    if not leased:
-        return ()
-    opened: dict[str, _Open] = {}
-    prev_bytes: dict[tuple[int, str, int], int] = {}
-    first_bytes: tuple[float, int] | None = None
-    last_bytes: tuple[float, int] | None = None
-    prev_t: float | None = None
-    for obs in observations:
+class LeaseScan:
+    """The lease state over observations fed in order: the operations open and their
+    progress, and the socket byte counts the next observation's growth is read against."""
+
+    def __init__(self, ops: Sequence[OpDef], opened: Mapping[str, OpenLease] | None = None) -> None:
+        self.ops = [op for op in ops if op.quiet_s is not None]
+        self.opened: dict[str, OpenLease] = deepcopy(dict(opened)) if opened else {}
+        self._prev_bytes: dict[tuple[int, str, int], int] = {}
+        self._prev_t: float | None = None
+        self._first_bytes: tuple[float, int] | None = None
+        self._last_bytes: tuple[float, int] | None = None
+
+    def feed(self, obs: Observation) -> None:
+        """One observation: its log lines, its sockets' bytes, its compiler children."""
+        opened = self.opened
         for ev in obs.logs:
             if ev.kind == "milestone" and ev.fields.get("name") in READY_MILESTONES:
-                for op in leased:
+                for op in self.ops:
                     if op.startup:  # the server is up: its startup steps are over
                         opened.pop(op.id, None)
             elif ev.kind != "stack":
-                for op in leased:
+                for op in self.ops:
                     _on_line(opened, op, ev.line, obs.t, ev.fields)
-        received = _received(obs.conns, prev_bytes)
-        dt, prev_t = (obs.t - prev_t if prev_t is not None else 0.0), obs.t
+        received = _received(obs.conns, self._prev_bytes)
+        dt, self._prev_t = (obs.t - self._prev_t if self._prev_t is not None else 0.0), obs.t
         total = sum(c.bytes_received or 0 for c in obs.conns)
         if obs.conns and any(c.bytes_received is not None for c in obs.conns):
-            first_bytes = first_bytes or (obs.t, total)
-            last_bytes = (obs.t, total)
+            self._first_bytes = self._first_bytes or (obs.t, total)
+            self._last_bytes = (obs.t, total)
         compilers = obs.procs.compilers if obs.procs is not None else ()
-        for op in leased:
+        for op in self.ops:
             fast = dt > 0 and received / dt >= op.min_bytes_per_s
             if received and fast and "socket_bytes" in op.signals:
                 started = obs.t - max((c.age_s for c in obs.conns), default=0.0)
                 _progress(opened, op, obs.t, f"{received} bytes received on its socket", started)
+                opened[op.id].got += received
             if compilers and "compilers" in op.signals and op.id in opened:
                 _progress(opened, op, obs.t, f"compiler children alive: {', '.join(compilers)}")
-    rate = None
-    if first_bytes and last_bytes and last_bytes[0] > first_bytes[0]:
-        rate = max(0.0, (last_bytes[1] - first_bytes[1]) / (last_bytes[0] - first_bytes[0]))
-    return tuple(
-        Lease(
-            op,
-            o.started_t,
-            o.last_t,
-            o.last_what,
-            bytes_per_s=rate if "socket_bytes" in op.signals else None,
-            eta_s=o.eta_s,
-            shown=o.shown,
-        )
-        for op in leased
-        if (o := opened.get(op.id)) is not None
-    )
+
+    def leases(self) -> tuple[Lease, ...]:
+        """The operations open now, in op order, with the byte rate over what was fed."""
+        rate = None
+        first, last = self._first_bytes, self._last_bytes
+        if first and last and last[0] > first[0]:
+            rate = max(0.0, (last[1] - first[1]) / (last[0] - first[0]))
+        out = []
+        for op in self.ops:
+            o = self.opened.get(op.id)
+            if o is None:
+                continue
+            socket = "socket_bytes" in op.signals
+            eta = o.eta_s
+            if socket and eta is None and o.size is not None and rate:
+                eta = max(0, o.size - o.got) / rate  # only a size the log stated
+            out.append(
+                Lease(
+                    op,
+                    o.started_t,
+                    o.last_t,
+                    o.last_what,
+                    bytes_per_s=rate if socket else None,
+                    eta_s=eta,
+                    shown=o.shown,
+                )
+            )
+        return tuple(out)
 
 
-def _on_line(opened: dict[str, _Open], op: OpDef, line: str, t: float, fields: dict) -> None:  # type: ignore[type-arg]
+def leases(
+    observations: Iterable[Observation],
+    ops: Sequence[OpDef],
+    carried: Mapping[str, OpenLease] | None = None,
+) -> tuple[Lease, ...]:
+    """The operations with a lease (a `quiet_s`) open at the end of `observations`, in op
+    order. An operation opens at its start line, or at a first sign of its own progress when
+    its start is older than the window (and not in `carried`, the state of the observations
+    the window dropped); its end (or fail) lines close it."""
+    scan = LeaseScan(ops, carried)
+    if not scan.ops:
+        return ()
+    for obs in observations:
+        scan.feed(obs)
+    return scan.leases()
+
+
+def _on_line(opened: dict[str, OpenLease], op: OpDef, line: str, t: float, fields: dict) -> None:  # type: ignore[type-arg]
     if op.end.search(line) or (op.fail is not None and op.fail.search(line)):
         o = opened.get(op.id)
         if o is not None:
@@ -137,13 +180,18 @@ def _on_line(opened: dict[str, _Open], op: OpDef, line: str, t: float, fields: d
     if moving and _complete(fields):  # its bar reached its total: done, whatever end follows
         opened.pop(op.id, None)
         return
-    if op.start.search(line):
+    m = op.start.search(line)
+    if m is not None:
         o = opened.get(op.id)
         if o is None:
-            opened[op.id] = _Open({who_of(line)}, t, t, _short(line))
+            # An operation that logs nothing between its start and its end (a weight transfer):
+            # its start line is the progress it shows, for its quiet bound.
+            opened[op.id] = OpenLease({who_of(line)}, t, t, _short(line), shown=op.start_holds)
+            opened[op.id].size = _size(m)
         else:
             # Its start line again (a bar whose description is the start, another rank): moving.
-            o.whos.add(who_of(line))
+            if len(o.whos) < MAX_WHOS:
+                o.whos.add(who_of(line))
             o.last_t, o.last_what, o.shown = t, _short(line), True
         return
     if op.progress is not None and op.progress.search(line):
@@ -152,11 +200,11 @@ def _on_line(opened: dict[str, _Open], op: OpDef, line: str, t: float, fields: d
 
 
 def _progress(
-    opened: dict[str, _Open], op: OpDef, t: float, what: str, started: float | None = None
+    opened: dict[str, OpenLease], op: OpDef, t: float, what: str, started: float | None = None
 ) -> None:
     o = opened.get(op.id)
     if o is None:
-        o = opened[op.id] = _Open({""}, t if started is None else min(t, started), t, what)
+        o = opened[op.id] = OpenLease({""}, t if started is None else min(t, started), t, what)
     o.last_t, o.last_what, o.shown = t, what, True
 
 
@@ -176,6 +224,12 @@ def _received(conns: Sequence[Connection], prev: dict[tuple[int, str, int], int]
     prev.clear()
     prev.update(seen)
     return grown
+
+
+def _size(m: re.Match[str]) -> int | None:
+    """The bytes a start line names in its `size` group, if the op's pattern has one."""
+    size = m.groupdict().get("size")
+    return int(size) if size and size.isdigit() else None
 
 
 def _complete(fields: dict) -> bool:  # type: ignore[type-arg]

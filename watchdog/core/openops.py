@@ -42,6 +42,9 @@ class OpDef:
     state: str = "compiling"
     min_bytes_per_s: float = 0.0  # socket bytes slower than this are no progress
     startup: bool = False  # a step of the startup: the ready milestone ends it
+    # It logs nothing between its start and its end (a weight transfer): its start line holds
+    # the lease for its quiet bound.
+    start_holds: bool = False
 
 
 @dataclass(frozen=True)
@@ -176,10 +179,11 @@ def _lease_fields(e: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(signals, list) or not set(map(str, signals)) <= SIGNALS:
         raise TypeError(f"key 'signals': must be a list of {sorted(SIGNALS)}, got {signals!r}")
     out["signals"] = tuple(str(x) for x in signals)
-    startup = e.get("startup", False)
-    if not isinstance(startup, bool):
-        raise TypeError(f"key 'startup': must be true or false, got {startup!r}")
-    out["startup"] = startup
+    for key in ("startup", "start_holds"):
+        flag = e.get(key, False)
+        if not isinstance(flag, bool):
+            raise TypeError(f"key {key!r}: must be true or false, got {flag!r}")
+        out[key] = flag
     state = str(e.get("state") or "compiling")
     if state not in LEASE_STATES:
         raise TypeError(f"key 'state': must be one of {sorted(LEASE_STATES)}, got {state!r}")

@@ -7,7 +7,7 @@ same window, which is what lets `classify()` stay pure and `replay` reproduce a 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from typing import Any
@@ -24,7 +24,9 @@ from watchdog.core.events import (
     startup_phase,
     typed,
 )
+from watchdog.core.leases import LeaseScan, OpenLease
 from watchdog.core.model import CanaryResult, LogEvent, Observation
+from watchdog.core.openops import OpDef, keep_pattern
 from watchdog.core.ranks import RankRules
 from watchdog.core.thresholds import Thresholds
 from watchdog.core.witnesses import Witnesses
@@ -96,9 +98,11 @@ class Window:
         *,
         ranks: RankRules | None = None,
         thresholds: Thresholds | None = None,
+        ops: Sequence[OpDef] = (),
     ) -> None:
         """`thresholds`: the numbers the witnesses and the restart echo use (the ones
-        classify() is given: the daemon's config, or a bundle's recorded ones in `replay`)."""
+        classify() is given: the daemon's config, or a bundle's recorded ones in `replay`).
+        `ops`: the known long operations (SignatureSet.ops) whose leases outlive the ring."""
         self.span_s = span_s
         self.th = thresholds if thresholds is not None else Thresholds()
         # The rank rules (SignatureSet.ranks) that name a blocking frame in the stacks; none:
@@ -110,6 +114,12 @@ class Window:
         self.max_chars = max_chars
         self.chars = 0
         self.progress = self._fresh_progress()
+        # The lease state of the observations the ring dropped (core/leases.py): a 40-minute
+        # autotune keeps its start line and its last progress past the window's span. Bounded
+        # by the number of operations; the lines that open or close one survive the shrink.
+        self.ops = tuple(ops)
+        self._carry = LeaseScan(self.ops)
+        self._lease_lines = keep_pattern([op for op in self.ops if op.quiet_s is not None])
         self._echo_until: float | None = None  # the old server's lines may still arrive
         self.echo_dropped = 0  # lines dropped as the old server's after a restart
 
@@ -181,7 +191,14 @@ class Window:
         self.echo_dropped += len(obs.logs) - len(kept)
         return replace(obs, logs=kept)
 
+    @property
+    def carried(self) -> Mapping[str, OpenLease]:
+        """The operations open in the observations the ring dropped (their lease state)."""
+        return self._carry.opened
+
     def _evict(self) -> None:
+        if self._carry.ops:
+            self._carry.feed(self._obs[0])
         self._obs.popleft()
         self.chars -= self._sizes.popleft()
         self._trimmed = max(0, self._trimmed - 1)
@@ -196,7 +213,7 @@ class Window:
         i = 0
         while self.chars > self.max_chars and i < len(self._obs) - 1:
             if self._obs[i].logs:
-                self._resize(i, replace(self._obs[i], logs=()))
+                self._resize(i, replace(self._obs[i], logs=self._lease_events(self._obs[i])))
             i += 1
 
     def _resize(self, i: int, obs: Observation) -> None:
@@ -205,11 +222,24 @@ class Window:
         self.chars += size - self._sizes[i]
         self._sizes[i] = size
 
+    def _lease_events(self, obs: Observation) -> tuple[LogEvent, ...]:
+        """The lines of `obs` a lease reads (an operation's start, progress, end; the ready
+        milestone): kept when the tick's other lines are dropped for memory."""
+        keep = self._lease_lines
+        if keep is None:
+            return ()
+        return tuple(
+            ev
+            for ev in obs.logs
+            if ev.kind == "milestone" or (ev.kind != "stack" and keep.search(ev.line))
+        )
+
     def _fresh_progress(self, **known: Any) -> Progress:
         return Progress(witnesses=Witnesses(th=self.th), **known)
 
     def _rebaseline(self, t: float) -> None:
         facts = self.progress.facts
+        self._carry = LeaseScan(self.ops)  # the new server's operations start afresh
         self.progress = self._fresh_progress(
             phase_since=t, last_progress_t=t, last_progress_what="server restarted", restarted_t=t
         )

@@ -125,6 +125,7 @@ class Daemon:
             max_len=int(cfg.window_s / cfg.tick_s) * 2 + 16,
             ranks=sigs.ranks,
             thresholds=self.thresholds,
+            ops=sigs.ops,
         )
         self.verdict: Verdict | None = None
         self.engine = engine if engine is not None else EngineInForce()
