@@ -27,6 +27,7 @@ from watchdog.core.model import (
     ThreadStack,
     Verdict,
 )
+from watchdog.core.openops import keep_with_ops
 from watchdog.core.ranks import load_rank_rules
 from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.core.window import Window
@@ -50,7 +51,8 @@ def sample_lines(name: str) -> list[str]:
 def events(lines: Iterable[str], sigs: SignatureSet | None = None) -> tuple[LogEvent, ...]:
     """The LogEvents the real parser makes of `lines` (in the shipped engines' formats, as the
     daemon's log source reads them), keeping what the signatures need."""
-    keep = (sigs or load_signatures()).log_keep_pattern()
+    sigs = sigs or load_signatures()
+    keep = keep_with_ops(sigs.log_keep_pattern(), sigs.ops)  # as sources/logs/source.py does
     parsed = (parse_line(line, "test", keep, PATTERNS) for line in lines)
     return tuple(ev for ev in parsed if ev is not None)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from watchdog.core.divergence import divergence
-from watchdog.core.leases import Lease, leases
+from watchdog.core.leases import Lease, LeaseScan
 from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Evidence, GpuSample, Observation, StackSample
 from watchdog.core.openops import OpDef
@@ -90,6 +90,11 @@ class Context:
         if lapsed is not None:
             # The stall clock runs from the last progress the operation showed.
             secs = max(0.0, now - max(since, lapsed.last_t))
+        finished = self._scan.finished_t if held is not None else None
+        if finished is not None and finished > now - secs:
+            # An operation that held the stall finished: its end is progress (the canary sent
+            # during a weight transfer answers after it, not before).
+            secs = max(0.0, now - finished)
         busy = self._gpu_busy(now - self.th.stall_after_s)
         limit = self.th.stall_after_s if self.has_gpu else self.th.blind_stall_after_s
         detail = f"no progress for {secs:.0f} s with {why}"
@@ -114,6 +119,15 @@ class Context:
         return due if self.obs.t >= due else None
 
     @cached_property
+    def _scan(self) -> LeaseScan:
+        """The leases over the window, from the state the window carried past its ring."""
+        scan = LeaseScan(self.ops, self.window.carried)
+        if scan.ops:
+            for obs in self.window:
+                scan.feed(obs)
+        return scan
+
+    @cached_property
     def leases(self) -> tuple[Lease, ...]:
         """The known long operations open now (core/leases.py) that the server has not moved
         past: one that showed no progress of its own since the server's last progress is
@@ -122,7 +136,7 @@ class Context:
         whatever answered meanwhile: a canary answered before the transfer paused the engine
         does not show the transfer done."""
         last, now = self.window.progress.last_progress_t, self.obs.t
-        found = leases(self.window, self.ops, self.window.carried)
+        found = self._scan.leases()
         return tuple(
             le
             for le in found

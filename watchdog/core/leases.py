@@ -90,6 +90,9 @@ class LeaseScan:
         self._prev_t: float | None = None
         self._first_bytes: tuple[float, int] | None = None
         self._last_bytes: tuple[float, int] | None = None
+        # When an operation last finished (its end line, a bar at its total): progress, so a
+        # stall held by its lease is not timed from before it once it ends.
+        self.finished_t: float | None = None
 
     def feed(self, obs: Observation) -> None:
         """One observation: its log lines, its sockets' bytes, its compiler children."""
@@ -101,7 +104,8 @@ class LeaseScan:
                         opened.pop(op.id, None)
             elif ev.kind != "stack":
                 for op in self.ops:
-                    _on_line(opened, op, ev.line, obs.t, ev.fields)
+                    if _on_line(opened, op, ev.line, obs.t, ev.fields):
+                        self.finished_t = obs.t
         received = _received(obs.conns, self._prev_bytes)
         dt, self._prev_t = (obs.t - self._prev_t if self._prev_t is not None else 0.0), obs.t
         total = sum(c.bytes_received or 0 for c in obs.conns)
@@ -164,22 +168,24 @@ def leases(
     return scan.leases()
 
 
-def _on_line(opened: dict[str, OpenLease], op: OpDef, line: str, t: float, fields: dict) -> None:  # type: ignore[type-arg]
-    if op.end.search(line) or (op.fail is not None and op.fail.search(line)):
+def _on_line(opened: dict[str, OpenLease], op: OpDef, line: str, t: float, fields: dict) -> bool:  # type: ignore[type-arg]
+    """Apply one line to `op`'s state; True when the line finished it (its end, not a fail)."""
+    ended = bool(op.end.search(line))
+    if ended or (op.fail is not None and op.fail.search(line)):
         o = opened.get(op.id)
-        if o is not None:
-            who = who_of(line)
-            if who and who in o.whos:
-                o.whos.discard(who)
-            else:
-                o.whos.clear()
-            if not o.whos:
-                del opened[op.id]
-        return
+        if o is None:
+            return False
+        who = who_of(line)
+        if who and who in o.whos:
+            o.whos.discard(who)
+        else:
+            o.whos.clear()
+        if not o.whos:
+            del opened[op.id]
+        return ended
     moving = op.start.search(line) or (op.progress is not None and op.progress.search(line))
     if moving and _complete(fields):  # its bar reached its total: done, whatever end follows
-        opened.pop(op.id, None)
-        return
+        return opened.pop(op.id, None) is not None
     m = op.start.search(line)
     if m is not None:
         o = opened.get(op.id)
@@ -193,10 +199,11 @@ def _on_line(opened: dict[str, OpenLease], op: OpDef, line: str, t: float, field
             if len(o.whos) < MAX_WHOS:
                 o.whos.add(who_of(line))
             o.last_t, o.last_what, o.shown = t, _short(line), True
-        return
+        return False
     if op.progress is not None and op.progress.search(line):
         _progress(opened, op, t, _short(line))
         opened[op.id].eta_s = _eta(fields)
+    return False
 
 
 def _progress(

@@ -264,6 +264,9 @@ def _plain(case: Case, state: State, reason: str) -> Candidate:
             + tuple(e for e in suspected if e.kind != "no_progress")
         )
         c = Candidate(state, reason + case.unknown_engine(), evidence=evidence, fix=STALLED_FIX)
+    elif state == State.CRAWLING:
+        # The operation against its bound, its rate and ETA: what an operator reads to wait.
+        c = Candidate(state, reason, evidence=(Evidence("log", "crawling", reason),))
     # No signature named a cause: the class the live log shows, if any (core/genericlive.py).
     return with_generic(c, ctx.window, case.sigs, ctx.th.load_deadline_s)
 
