@@ -9,6 +9,8 @@ from dataclasses import replace
 import pytest
 
 from tests.obsbuilder import Timeline, events, gpu, procs, verdicts, window_of
+from watchdog.commands.replay import reclassify
+from watchdog.core.classify import Thresholds, classify
 from watchdog.core.leases import leases
 from watchdog.core.model import CanaryResult, Connection, LogEvent, Observation, ServerSample
 from watchdog.core.openops import load_ops
@@ -230,7 +232,7 @@ def _autotune_obs(sigs: SignatureSet, n: int) -> list[Observation]:
     tl = Timeline(step=5.0, procs=procs())
     tl.tick(logs=events([AUTOTUNE], sigs))
     for i in range(n):
-        tl.tick(logs=events([bar(i + 1)], sigs) if i % 3 == 0 else ())
+        tl.tick(logs=events([bar(i // 3 + 1)], sigs) if i % 3 == 0 else ())
     return tl.obs
 
 
@@ -287,3 +289,20 @@ start_holds = "yes"
 """
     with pytest.raises(ValueError, match="start_holds"):
         load_ops(table)
+
+
+def test_a_bundle_replays_the_lease_the_live_window_carried(sigs: SignatureSet) -> None:
+    """A bundle holds the carried lines ahead of the ring (daemon/episodes.py): `replay`
+    rebuilds the same lease, open since its start 30 minutes ago, and the same verdict."""
+    obs = _autotune_obs(sigs, 360)  # 30 minutes of tuning, a profile every 15 s
+    w = Window(span_s=600.0, ranks=sigs.ranks, ops=sigs.ops)
+    for o in obs:
+        w.append(o)
+    live = classify(w, sigs, Thresholds())
+    ghosts = w.carried_observations()
+    assert ghosts and ghosts[0].t == obs[0].t and len(ghosts) <= 2
+    replayed = reclassify([*ghosts, *w], sigs, Thresholds())
+    assert live.state == "crawling" and "open for 1800 s" in live.reason, live.reason
+    assert (replayed.state, replayed.reason) == (live.state, live.reason)
+    # Without them the replay would read the lease from the ring's oldest bar.
+    assert reclassify(list(w), sigs, Thresholds()).reason != live.reason

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from copy import deepcopy
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from watchdog.core.events import READY_MILESTONES
-from watchdog.core.model import Connection, Observation
+from watchdog.core.model import Connection, LogEvent, Observation
 from watchdog.core.openops import OpDef, who_of
 
 MAX_WHOS = 256  # processes one open operation remembers (ranks); bounds the carried state
+MAX_ANCHORS = 16  # start lines one open operation keeps to be rebuilt from (core/window.py)
+Anchor = tuple[float, float, LogEvent]  # (t, wall, the line): what opened or moved it
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,13 @@ class OpenLease:
     shown: bool = False
     size: int | None = None  # bytes, when its start line names them (a `size` group)
     got: int = 0  # bytes its socket received since it opened
+    # The lines that rebuild this state when fed again in order (a bundle's timeline holds
+    # them ahead of the window): the ones that opened it, and its latest progress line.
+    anchors: list[Anchor] = field(default_factory=list)
+    latest: Anchor | None = None
+
+    def copy(self) -> OpenLease:
+        return replace(self, whos=set(self.whos), anchors=list(self.anchors))
 
 
 class LeaseScan:
@@ -85,7 +93,7 @@ class LeaseScan:
 
     def __init__(self, ops: Sequence[OpDef], opened: Mapping[str, OpenLease] | None = None) -> None:
         self.ops = [op for op in ops if op.quiet_s is not None]
-        self.opened: dict[str, OpenLease] = deepcopy(dict(opened)) if opened else {}
+        self.opened = {k: o.copy() for k, o in opened.items()} if opened else {}
         self._prev_bytes: dict[tuple[int, str, int], int] = {}
         self._prev_t: float | None = None
         self._first_bytes: tuple[float, int] | None = None
@@ -104,7 +112,7 @@ class LeaseScan:
                         opened.pop(op.id, None)
             elif ev.kind != "stack":
                 for op in self.ops:
-                    if _on_line(opened, op, ev.line, obs.t, ev.fields):
+                    if _on_line(opened, op, ev, (obs.t, obs.wall)):
                         self.finished_t = obs.t
         received = _received(obs.conns, self._prev_bytes)
         dt, self._prev_t = (obs.t - self._prev_t if self._prev_t is not None else 0.0), obs.t
@@ -168,8 +176,12 @@ def leases(
     return scan.leases()
 
 
-def _on_line(opened: dict[str, OpenLease], op: OpDef, line: str, t: float, fields: dict) -> bool:  # type: ignore[type-arg]
+def _on_line(
+    opened: dict[str, OpenLease], op: OpDef, ev: LogEvent, when: tuple[float, float]
+) -> bool:
     """Apply one line to `op`'s state; True when the line finished it (its end, not a fail)."""
+    line, fields, t = ev.line, ev.fields, when[0]
+    anchor = (t, when[1], ev)
     ended = bool(op.end.search(line))
     if ended or (op.fail is not None and op.fail.search(line)):
         o = opened.get(op.id)
@@ -192,17 +204,22 @@ def _on_line(opened: dict[str, OpenLease], op: OpDef, line: str, t: float, field
         if o is None:
             # An operation that logs nothing between its start and its end (a weight transfer):
             # its start line is the progress it shows, for its quiet bound.
-            opened[op.id] = OpenLease({who_of(line)}, t, t, _short(line), shown=op.start_holds)
-            opened[op.id].size = _size(m)
+            o = opened[op.id] = OpenLease({who_of(line)}, t, t, _short(line))
+            o.shown, o.size, o.anchors = op.start_holds, _size(m), [anchor]
         else:
             # Its start line again (a bar whose description is the start, another rank): moving.
+            who = who_of(line)
+            if who not in o.whos and len(o.anchors) < MAX_ANCHORS:
+                o.anchors.append(anchor)
             if len(o.whos) < MAX_WHOS:
-                o.whos.add(who_of(line))
-            o.last_t, o.last_what, o.shown = t, _short(line), True
+                o.whos.add(who)
+            o.last_t, o.last_what, o.shown, o.latest = t, _short(line), True, anchor
         return False
     if op.progress is not None and op.progress.search(line):
         _progress(opened, op, t, _short(line))
-        opened[op.id].eta_s = _eta(fields)
+        o = opened[op.id]
+        o.eta_s, o.latest = _eta(fields), anchor
+        o.anchors = o.anchors or [anchor]  # opened by this line: it rebuilds the opening
     return False
 
 

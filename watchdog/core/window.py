@@ -196,6 +196,21 @@ class Window:
         """The operations open in the observations the ring dropped (their lease state)."""
         return self._carry.opened
 
+    def carried_observations(self) -> list[Observation]:
+        """The lines that rebuild the carried leases, as observations in time order: a
+        bundle's timeline holds them ahead of the ring, so `replay` finds what the live window
+        found (an operation opened 40 minutes ago, its latest progress line)."""
+        lines: dict[float, tuple[float, list[LogEvent]]] = {}
+        seen: set[int] = set()
+        for o in self._carry.opened.values():
+            for t, wall, ev in [*o.anchors, *([o.latest] if o.latest else [])]:
+                if id(ev) not in seen:
+                    seen.add(id(ev))
+                    lines.setdefault(t, (wall, []))[1].append(ev)
+        return [
+            Observation(t=t, wall=wall, logs=tuple(evs)) for t, (wall, evs) in sorted(lines.items())
+        ]
+
     def _evict(self) -> None:
         if self._carry.ops:
             self._carry.feed(self._obs[0])

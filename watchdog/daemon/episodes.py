@@ -278,7 +278,8 @@ class EpisodeHook:
         obs, verdict = tick.obs, tick.verdict
         incident = Incident(
             verdict=verdict,
-            observations=list(tick.window),
+            # The lines of operations opened before the ring first: replay finds their leases.
+            observations=[*tick.window.carried_observations(), *tick.window],
             capture=self.capture,
             log_tail=list(self.log_tail()),
             environment=self.environment(obs),
