@@ -1,5 +1,6 @@
-"""The generic layer (core/generic.py): crashed, timed out, stalled and livelock from a log alone,
-their near misses, `replay` exit codes per class, and the same classes in a live verdict."""
+"""The generic layer (core/judge/generic.py): crashed, timed out, stalled and livelock from a log
+alone, their near misses, `replay` exit codes per class, and the same classes in a live verdict.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +15,14 @@ from tests.obsbuilder import Timeline, events, final, procs
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
-from watchdog.core.logverdict import name_signatures
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import (
+    SignatureError,
+    SignatureSet,
+    load_file,
+    load_signatures,
+)
 from watchdog.core.model import ServerSample
-from watchdog.core.signatures import SignatureError, SignatureSet, load_file, load_signatures
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
