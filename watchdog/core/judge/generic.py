@@ -202,6 +202,8 @@ def _traceback_end(
     as when a poster or a log rotation dropped `Traceback (most recent call last):`)."""
     lines = [content(t) for t in tail if t.strip()]
     body = [b for b in lines if not _CARETS.match(b)][-max(rule.count, 3) - 8 :]
+    if _survived(tail, cls.survived):
+        return None
     dumps = [e for e in recent if e.kind == "stack" and e.fields.get("format") == "traceback"]
     for ev in reversed(dumps):
         error = str(ev.fields.get("exception") or "")
@@ -256,6 +258,20 @@ def _handled(tail: Sequence[str]) -> bool:
     for t in reversed(tail):
         if "Traceback (most recent call last)" in t:
             return bool(_HANDLED.search(t))
+    return False
+
+
+def _survived(tail: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
+    """Was the last traceback in the tail logged by a handler the server carries on after? Its
+    header line (a logger that prefixes every line tags it with the logging file) or the record
+    just before it (the message `logger.exception` wrote) matches one of `survived`."""
+    if not survived:
+        return False
+    lines = [t for t in tail if t.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if "Traceback (most recent call last)" in lines[i]:
+            around = (lines[i], lines[i - 1] if i else "")
+            return any(p.search(line) for p in survived for line in around)
     return False
 
 

@@ -38,4 +38,8 @@ class GenericClass:
     commands: tuple[str, ...]
     rules: tuple[GenericRule, ...]
     unless: tuple[re.Pattern[str], ...] = ()  # a line matching one of these is a near miss
+    # A traceback whose header (or the record just before it) matches one of these was logged
+    # by a handler that answers one request or call with the error and carries on: the server
+    # survived it, so a log that ends inside it does not show the end of a process.
+    survived: tuple[re.Pattern[str], ...] = ()
     origin: str = ""

@@ -23,7 +23,7 @@ from watchdog.core.knowledge.tomlcheck import (
     strs,
 )
 
-_CLASS_KEYS = {"id", "state", "title", "needs", "commands", "rule", "unless"}
+_CLASS_KEYS = {"id", "state", "title", "needs", "commands", "rule", "unless", "survived"}
 _RULE_KEYS = {"kind", "label", "pattern", "count", "min_s", "reset"}
 
 
@@ -69,6 +69,7 @@ def _class(e: Any, where: str, origin: str) -> GenericClass:
         commands=tuple(strs(e, "commands", where)),
         rules=rules,
         unless=tuple(regex(p, f"{where}: key 'unless'") for p in strs(e, "unless", where)),
+        survived=tuple(regex(p, f"{where}: key 'survived'") for p in strs(e, "survived", where)),
         origin=origin,
     )
 
