@@ -42,7 +42,7 @@ FLOOR = (
     # The libraries a default `run` loads (httpx only comes with the canary, the smoke test,
     # dcgm: and fleet queries, all off by default), with nvml's pynvml as deployed.
     "import time, psutil, pynvml, prometheus_client\n"
-    "import watchdog.commands.cli, watchdog.daemon.wiring, watchdog.core.classify\n"
+    "import watchdog.commands.cli, watchdog.daemon.wiring, watchdog.core.judge.classify\n"
     "prometheus_client.start_http_server(0, addr='127.0.0.1')\n"
     "print('ready', flush=True)\n"
     "time.sleep(3600)\n"

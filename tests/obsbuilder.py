@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.shipped import PATTERNS
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.rankrules import load_rank_rules
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import (
     Connection,
     Frame,
@@ -27,10 +29,8 @@ from watchdog.core.model import (
     ThreadStack,
     Verdict,
 )
-from watchdog.core.openops import keep_with_ops
-from watchdog.core.ranks import load_rank_rules
-from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.core.window import Window
+from watchdog.core.state.openops import keep_with_ops
+from watchdog.core.state.window import Window
 from watchdog.sources.logs.parse import parse_line
 from watchdog.sources.logs.split import LineSplitter
 

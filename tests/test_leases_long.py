@@ -10,12 +10,12 @@ import pytest
 
 from tests.obsbuilder import Timeline, events, gpu, procs, verdicts, window_of
 from watchdog.commands.replay import reclassify
-from watchdog.core.classify import Thresholds, classify
-from watchdog.core.leases import leases
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import CanaryResult, Connection, LogEvent, Observation, ServerSample
-from watchdog.core.openops import load_ops
-from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.core.window import Window
+from watchdog.core.state.leases import leases
+from watchdog.core.state.window import Window
 
 ENGINE = "(EngineCore_DP0 pid=79) INFO 12-25 04:52:03 "
 # vLLM's own lines (gpu_model_runner.py, compilation/backends.py, monitor.py, gpu_worker.py).

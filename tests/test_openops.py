@@ -14,9 +14,10 @@ import pytest
 from tests.obsbuilder import Timeline, final, frozen_bar, gpu
 from tests.shipped import PATTERNS
 from tests.simfixtures import sim_env
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import keep_with_ops, load_ops, open_operations, stuck_cause
-from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.core.state.openops import keep_with_ops, open_operations, stuck_cause
 from watchdog.sources.logs.parse import parse_line
 
 CORPUS = Path(__file__).parent / "data" / "corpus"

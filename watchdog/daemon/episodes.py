@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.core.model import Observation, StackSample, Verdict
-from watchdog.core.tick import Tick
+from watchdog.core.state.tick import Tick
 
 log = logging.getLogger("hang_watchdog.episodes")
 
