@@ -2,14 +2,16 @@
 header, library or tool, which communicator set-up stage, which engine loop died of what.
 
 A signature or a generic class says *what* failed (crashed, engine death, a JIT build, a
-collective); this module reads the same lines once more for *why*, in four general readings:
+collective); this module reads the same lines once more for *why*, in five general readings:
 
 - `cuda`: a fatal CUDA error in any engine's format, with its name and the call that returned it;
 - `toolchain`: a JIT build that failed on a missing header, library or tool, with the package
   that provides it;
 - `collective_setup`: a communicator that never came up (NCCL init, NVSHMEM bootstrap, a
   rendezvous), with the stage;
-- `engine_loop`: an engine's request loop that died, with the first exception in it.
+- `engine_loop`: an engine's request loop that died, with the first exception in it;
+- `signal`: a fatal signal the server's own handler reported, with where its frames fault
+  (core/judge/fatalsignal.py).
 
 The first cause in log order wins: the error that killed the loop comes before the errors its
 teardown logs (an illegal address freeing memory at exit is a decoy). Pure: lines in, a Cause out.
@@ -402,8 +404,12 @@ _LOOP = (
         "Dynamo's prefill worker (its prefill-queue handler)",
     ),
     (
-        re.compile(r"AsyncLLM health check failed: (?P<said>.+)"),
+        re.compile(r"AsyncLLM health check failed:(?: (?P<said>.+))?"),
         "the vLLM engine under Dynamo (its engine monitor's health check)",
+    ),
+    (
+        re.compile(r"Initiating Dynamo Runtime shutdown"),
+        "a Dynamo worker's engine (the worker shut its runtime down)",
     ),
 )
 # An exception line: `RuntimeError: ...`, `torch.OutOfMemoryError: ...` (not the loop's own).
