@@ -90,6 +90,15 @@ def test_a_dynamo_engine_monitor_shutdown_is_a_crash() -> None:
     assert "engine monitor" in cause.summary and "cause unknown" in cause.summary
 
 
+def test_a_dynamo_workers_graceful_shutdown_stays_quiet() -> None:
+    # components/src/dynamo/*/main.py graceful_shutdown (the SIGTERM/SIGINT handler's path).
+    text = V0_STATS.format(m=1, g="0.0", r=0) + (
+        "2026-05-02T09:20:00.000Z INFO main.graceful_shutdown: Received shutdown signal, shutting down DistributedRuntime\n"
+        "2026-05-02T09:20:00.400Z INFO main.graceful_shutdown: DistributedRuntime shutdown complete\n"
+    )
+    assert replay(text)[:2] == ((), None)
+
+
 def test_a_dynamo_handler_error_the_worker_serves_past_stays_quiet() -> None:
     text = DYNAMO_PREFILL + V0_STATS.format(m=3, g="40.2", r=2)
     assert replay(text)[:2] == ((), None)
