@@ -2,14 +2,16 @@
 header, library or tool, which communicator set-up stage, which engine loop died of what.
 
 A signature or a generic class says *what* failed (crashed, engine death, a JIT build, a
-collective); this module reads the same lines once more for *why*, in four general readings:
+collective); this module reads the same lines once more for *why*, in five general readings:
 
 - `cuda`: a fatal CUDA error in any engine's format, with its name and the call that returned it;
 - `toolchain`: a JIT build that failed on a missing header, library or tool, with the package
   that provides it;
 - `collective_setup`: a communicator that never came up (NCCL init, NVSHMEM bootstrap, a
   rendezvous), with the stage;
-- `engine_loop`: an engine's request loop that died, with the first exception in it.
+- `engine_loop`: an engine's request loop that died, with the first exception in it;
+- `signal`: a fatal signal the server's own handler reported, with where its frames fault
+  (core/judge/fatalsignal.py).
 
 The first cause in log order wins: the error that killed the loop comes before the errors its
 teardown logs (an illegal address freeing memory at exit is a decoy). Pure: lines in, a Cause out.
@@ -21,6 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from watchdog.core.judge.fatalsignal import SIGNAL_FIX, signal_reading
 from watchdog.core.judge.generic import after_progress
 from watchdog.core.model import LogEvent
 
@@ -29,7 +32,7 @@ from watchdog.core.model import LogEvent
 class Cause:
     """A root cause read from the log: what it is, its fix, and the line that says it."""
 
-    kind: str  # cuda | toolchain | collective_setup | engine_loop
+    kind: str  # cuda | toolchain | collective_setup | engine_loop | signal
     summary: str
     fix: str
     line: str
@@ -370,9 +373,17 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
 #   (the API server's side once the engine core is gone);
 # - SGLang srt/managers/scheduler.py "Scheduler hit an exception";
 # - Dynamo's workers run these engines in-process and log their lines, plus the same
-#   ManagedThread helper (components/src/dynamo/trtllm/publisher.py: "Error in thread {name}").
+#   ManagedThread helper (components/src/dynamo/trtllm/publisher.py: "Error in thread {name}"),
+#   and their own: the prefill worker's queue-handler task ends the worker with `[ERROR] prefill
+#   queue handler failed: {e!r}` (examples/llm/components/prefill_worker.py, v0.1-v0.2), the
+#   engine monitor with `vLLM AsyncLLM health check failed: {e}`
+#   (components/src/dynamo/vllm/engine_monitor.py).
+# A `said` group is the exception the loop's own line carries.
 _LOOP = (
-    (re.compile(r"Error in event loop: "), "TensorRT-LLM's executor loop (PyExecutor event loop)"),
+    (
+        re.compile(r"Error in event loop: (?P<said>.+)"),
+        "TensorRT-LLM's executor loop (PyExecutor event loop)",
+    ),
     (
         re.compile(r"Executor worker returned error|Executor worker initialization error"),
         "TensorRT-LLM's executor worker",
@@ -388,6 +399,18 @@ _LOOP = (
         "vLLM's API-server output handler (the engine core is gone)",
     ),
     (re.compile(r"Scheduler hit an exception"), "SGLang's scheduler loop"),
+    (
+        re.compile(r"prefill queue handler failed: (?P<said>.+)"),
+        "Dynamo's prefill worker (its prefill-queue handler)",
+    ),
+    (
+        re.compile(r"AsyncLLM health check failed:(?: (?P<said>.+))?"),
+        "the vLLM engine under Dynamo (its engine monitor's health check)",
+    ),
+    (
+        re.compile(r"Initiating Dynamo Runtime shutdown"),
+        "a Dynamo worker's engine (the worker shut its runtime down)",
+    ),
 )
 # An exception line: `RuntimeError: ...`, `torch.OutOfMemoryError: ...` (not the loop's own).
 _EXC_LINE = re.compile(
@@ -406,6 +429,14 @@ def _loop_name(line: str) -> str | None:
     return None
 
 
+def _loop_said(line: str) -> str:
+    """The exception a loop's own line carries (TensorRT-LLM's and Dynamo's lines), or ''."""
+    for pat, _ in _LOOP:
+        if (m := pat.search(line)) and m.groupdict().get("said"):
+            return m["said"].strip()
+    return ""
+
+
 def root_cause(lines: Sequence[str]) -> Cause | None:
     """The root cause the lines name, first in log order; an engine loop's death names the
     first specific cause or exception around it."""
@@ -414,19 +445,17 @@ def root_cause(lines: Sequence[str]) -> Cause | None:
         name = _loop_name(line)
         if name is not None and loop is None:
             loop = (i, name)
-        specific = toolchain_cause(line) or setup_cause(lines, i) or cuda_cause(line)
+        specific = (
+            toolchain_cause(line) or setup_cause(lines, i) or cuda_cause(line) or _signal(lines, i)
+        )
         if specific is not None:
             return _in_loop(loop[1], specific) if loop is not None else specific
     if loop is None:
         return None
     i, name = loop
     exc = _first_exception(lines[i:])
-    said = (
-        lines[i].split("Error in event loop: ", 1)[1].strip()
-        if "Error in event loop: " in lines[i]
-        else ""
-    )
-    if exc is None and said:  # TensorRT-LLM's line carries the exception's message
+    said = _loop_said(lines[i])
+    if exc is None and said:  # the loop's own line carries the exception
         return Cause("engine_loop", f"{name} died: {said[:200]}", _LOOP_FIX, lines[i])
     if exc is None:
         return Cause(
@@ -437,6 +466,12 @@ def root_cause(lines: Sequence[str]) -> Cause | None:
             lines[i],
         )
     return Cause("engine_loop", f"{name} died: {exc[:200]}", _LOOP_FIX, lines[i])
+
+
+def _signal(lines: Sequence[str], i: int) -> Cause | None:
+    """A fatal signal the server's own handler reported (core/judge/fatalsignal.py)."""
+    got = signal_reading(lines, i)
+    return None if got is None else Cause("signal", got.summary, SIGNAL_FIX, got.line)
 
 
 def _in_loop(name: str, cause: Cause) -> Cause:
