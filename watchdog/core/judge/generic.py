@@ -10,6 +10,7 @@ CUDA OOM or a retried timeout stays quiet.
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from watchdog.core.knowledge.genericmodel import GenericClass, GenericRule
 from watchdog.core.model import LogEvent
 from watchdog.core.state.events import Heartbeat, Milestone, StatsLine, progress_flags, typed
+from watchdog.core.state.openops import who_of
 
 
 @dataclass(frozen=True)
@@ -346,6 +348,8 @@ def _same_lines(
                 break
             rounds += 1
         if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
+            if _one_per_process(lines[-rounds * period :], rule.count):
+                return None  # each rank said it once: a broadcast, not a loop
             first, last = timestamp_s(lines[-rounds * period]), timestamp_s(lines[-1])
             span = last - first if first is not None and last is not None else None
             if span is not None and span < rule.min_s:
@@ -355,6 +359,16 @@ def _same_lines(
             line = tail[-1].strip()
             return GenericFinding(cls, rule.label, line, f"{rounds} times in a row at the end")
     return None
+
+
+def _one_per_process(run: Sequence[str], count: int) -> bool:
+    """Do the repeated lines come from different processes, none of which repeats `count`
+    times? Eight ranks logging the same line once each (vLLM's `(Worker pid=N)`, SGLang's `TP3`,
+    torch's `[rank3]:` tags) is one event seen eight times; a loop is one process going round."""
+    who = [who_of(line) for line in run]
+    if not all(who):
+        return False
+    return max(collections.Counter(who).values()) < count
 
 
 @dataclass(frozen=True)
