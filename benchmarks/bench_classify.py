@@ -10,7 +10,8 @@ import argparse
 import statistics
 import time
 
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import (
     GpuSample,
     LogEvent,
@@ -19,8 +20,7 @@ from watchdog.core.model import (
     ProcSnapshot,
     ServerSample,
 )
-from watchdog.core.signatures import load_signatures
-from watchdog.core.window import Window
+from watchdog.core.state.window import Window
 from watchdog.sources.logs.parse import parse_line
 
 ACCESS = '(APIServer pid=7) INFO:     127.0.0.1:50163 - "POST /v1/completions HTTP/1.1" 200 OK'

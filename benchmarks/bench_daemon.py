@@ -43,7 +43,7 @@ FLOOR = (
     # dcgm: and fleet queries, all off by default; prometheus_client only with dcgm:), with
     # nvml's pynvml as deployed, and the daemon's own exporter serving an empty sink.
     "import time, psutil, pynvml\n"
-    "import watchdog.commands.cli, watchdog.daemon.wiring, watchdog.core.classify\n"
+    "import watchdog.commands.cli, watchdog.daemon.wiring, watchdog.core.judge.classify\n"
     "from watchdog.outputs.export import MetricsSink\n"
     "from watchdog.outputs.metrics_http import MetricsServer\n"
     "MetricsServer(MetricsSink((), version='floor'), '127.0.0.1:0').start()\n"

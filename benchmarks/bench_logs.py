@@ -34,9 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from logload import write_busy_log  # noqa: E402
 
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import load_signatures  # noqa: E402
 from watchdog.core.model import LogEvent  # noqa: E402
-from watchdog.core.openops import keep_with_ops, load_ops  # noqa: E402
-from watchdog.core.signatures import load_signatures  # noqa: E402
+from watchdog.core.state.openops import keep_with_ops  # noqa: E402
 from watchdog.knowledge import load_knowledge  # noqa: E402
 from watchdog.sources.logs.parse import LogPatterns, clean_line  # noqa: E402
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks, parse_text  # noqa: E402

@@ -23,8 +23,8 @@ from tests.shipped import KNOWLEDGE
 from tests.simfixtures import sim_env
 from tests.tickkit import TickKit
 from watchdog.config import build_config
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import GpuSample, Observation, ProcSnapshot, Verdict
-from watchdog.core.signatures import load_signatures
 from watchdog.daemon.episodes import Episode, EpisodeHook
 from watchdog.outputs.export import MetricsSink
 from watchdog.outputs.fleet import FleetLabels

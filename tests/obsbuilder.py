@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.shipped import PATTERNS
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.rankrules import load_rank_rules
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import (
     Connection,
     Frame,
@@ -27,9 +29,8 @@ from watchdog.core.model import (
     ThreadStack,
     Verdict,
 )
-from watchdog.core.ranks import load_rank_rules
-from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.core.window import Window
+from watchdog.core.state.openops import keep_with_ops
+from watchdog.core.state.window import Window
 from watchdog.sources.logs.parse import parse_line
 from watchdog.sources.logs.split import LineSplitter
 
@@ -50,7 +51,8 @@ def sample_lines(name: str) -> list[str]:
 def events(lines: Iterable[str], sigs: SignatureSet | None = None) -> tuple[LogEvent, ...]:
     """The LogEvents the real parser makes of `lines` (in the shipped engines' formats, as the
     daemon's log source reads them), keeping what the signatures need."""
-    keep = (sigs or load_signatures()).log_keep_pattern()
+    sigs = sigs or load_signatures()
+    keep = keep_with_ops(sigs.log_keep_pattern(), sigs.ops)  # as sources/logs/source.py does
     parsed = (parse_line(line, "test", keep, PATTERNS) for line in lines)
     return tuple(ev for ev in parsed if ev is not None)
 
@@ -179,7 +181,7 @@ def verdicts(
 ) -> list[tuple[Observation, Verdict]]:
     """The verdict after each tick, as the daemon would see them."""
     th = th or Thresholds()
-    w = Window(ranks=sigs.ranks, thresholds=th)
+    w = Window(ranks=sigs.ranks, thresholds=th, ops=sigs.ops)
     out = []
     for o in obs:
         w.append(o)

@@ -14,10 +14,10 @@ from tests import simfixtures
 from tests.obsbuilder import Timeline, gpu, window_of
 from tests.simfixtures import SimHandle
 from watchdog.config import build_config
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import CanaryResult, LogEvent, Observation, ServerSample, to_dict
-from watchdog.core.signatures import load_signatures
-from watchdog.core.timeline import read_timeline, write_timeline
+from watchdog.core.state.timeline import read_timeline, write_timeline
 from watchdog.daemon.wiring import build
 
 sim_factory = simfixtures.sim_factory

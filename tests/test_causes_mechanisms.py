@@ -11,8 +11,8 @@ from tests.obsbuilder import Timeline, final, frozen_bar, procs, spin, stack
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
-from watchdog.core.logverdict import name_signatures
-from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 
 
 @pytest.fixture(scope="module")

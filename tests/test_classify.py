@@ -26,9 +26,9 @@ from tests.obsbuilder import (
     verdicts,
     window_of,
 )
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import Observation, ServerSample, StackSample, from_dict, to_dict
-from watchdog.core.signatures import SignatureSet, load_signatures
 
 CUBIN_LOG = "classify/cubin_download_v067.log"
 GB300_FACTS = {"flashinfer-python": "0.6.7", "trtllm_attention": None}

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tests.obsbuilder import Timeline, procs, verdicts
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import ServerSample
-from watchdog.core.signatures import load_signatures
 
 SIGS = load_signatures([])
 

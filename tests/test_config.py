@@ -9,7 +9,7 @@ import pytest
 from tests.simfixtures import run_watchdog
 from watchdog.commands.cli import build_parser, config_from_args
 from watchdog.config import KEYS, Config, ConfigError, build_config, load_config
-from watchdog.core.classify import Thresholds
+from watchdog.core.judge.classify import Thresholds
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -273,7 +273,7 @@ def test_runtime_checks_name_the_key_against_the_worst_loop() -> None:
 
 def test_the_daemons_window_uses_the_configured_thresholds() -> None:
     """The witness and restart-echo numbers reach the live window, not only classify()."""
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
 
     cfg = Config(

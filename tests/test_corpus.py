@@ -23,9 +23,10 @@ import tomllib
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
-from watchdog.core.logverdict import name_signatures
-from watchdog.core.openops import load_ops, open_operations, stuck_cause
-from watchdog.core.signatures import load_signatures
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import load_signatures
+from watchdog.core.state.openops import open_operations, stuck_cause
 
 ROOT = Path(__file__).parent.parent
 CORPUS = Path(__file__).parent / "data" / "corpus"

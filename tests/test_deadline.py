@@ -7,8 +7,8 @@ import threading
 import time
 
 from watchdog.config import Config
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import ProcSnapshot
-from watchdog.core.signatures import load_signatures
 from watchdog.daemon.loop import Daemon
 from watchdog.engines.loader import load_engines
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline

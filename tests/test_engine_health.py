@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.obsbuilder import Timeline, final, gpu, procs
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import ServerSample
-from watchdog.core.signatures import SignatureSet, load_signatures
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.shipped import PATTERNS
 from watchdog.core.model import LogEvent, Observation
-from watchdog.core.window import Window
+from watchdog.core.state.window import Window
 from watchdog.sources.logs import parse
 
 # Lines read in the shipped engines' formats, as the daemon's log source reads them.

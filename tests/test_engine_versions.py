@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.fakes import ENGINE_PACKAGES
 from tests.obsbuilder import Timeline, final, frozen_bar, procs, spin
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import GpuSample, Verdict
-from watchdog.core.signatures import load_signatures
 from watchdog.knowledge import load_knowledge
 from watchdog.outputs.emit import format_verdict
 from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.obsbuilder import Timeline, gpu, procs
 from tests.tickkit import TickKit
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import ServerSample, Verdict
-from watchdog.core.signatures import load_signatures
 from watchdog.daemon.episodes import EpisodeHook
 from watchdog.outputs.export import MetricsSink
 from watchdog.outputs.exposition import render_text

@@ -8,8 +8,8 @@ import pytest
 from tests.obsbuilder import Timeline, events, final, frozen_bar, procs
 from tests.shipped import PATTERNS
 from watchdog.commands.replaylog import read_log
-from watchdog.core.logverdict import name_signatures
-from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 
 
 @pytest.fixture(scope="module")

@@ -21,10 +21,10 @@ from tests.obsbuilder import (
     stack,
 )
 from tests.shipped import PATTERNS
-from watchdog.core.classify import Thresholds
-from watchdog.core.logverdict import name_signatures
+from watchdog.core.judge.classify import Thresholds
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import ServerSample, Verdict
-from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.sources.gpu.file import GpuFileSource
 from watchdog.sources.logs.source import FileFollower, LogSource
 
@@ -278,7 +278,7 @@ def test_a_line_that_reports_a_step_is_no_log_stall(name: str, sigs: SignatureSe
     line carry requests but no throughput figure: each says a step ran, so it is progress, not
     `pending with zero throughput` (which would feed no_progress rules from a healthy log)."""
     from watchdog.commands.replaylog import read_log
-    from watchdog.core.logverdict import log_stall
+    from watchdog.core.judge.logverdict import log_stall
 
     _, evs = read_log((CORPUS / name).read_bytes(), sigs, PATTERNS)
     assert [e for e in evs if e.kind == "stats"], name
@@ -467,11 +467,11 @@ def test_preflight_reads_the_packages_known_bad_entries_name(tmp_path: Path) -> 
     assert got["nvidia-nccl-cu12"] == "2.21.5"
 
 
-# -- ranks that diverged (core/divergence.py) ---------------------------------------------
+# -- ranks that diverged (core/judge/divergence.py) ---------------------------------------------
 
 
 def test_divergence_names_the_rank_behind() -> None:
-    from watchdog.core.divergence import divergence
+    from watchdog.core.judge.divergence import divergence
 
     found = divergence(lines("n73_vllm23448_ranks_at_different_seqnum.log"))
     assert found is not None and "rank 3 is behind" in found

@@ -8,9 +8,9 @@ import argparse
 import pytest
 
 from watchdog.commands.cli import build_parser
-from watchdog.core.fixlines import FixChecker
-from watchdog.core.published import Published, load_published, version_key
-from watchdog.core.tomlcheck import SignatureError
+from watchdog.core.knowledge.fixlines import FixChecker
+from watchdog.core.knowledge.published import Published, load_published, version_key
+from watchdog.core.knowledge.tomlcheck import SignatureError
 from watchdog.knowledge import Knowledge, load_knowledge
 from watchdog.preflight import checks_cubins, checks_engine, checks_toolchain
 from watchdog.preflight.checks_gpu import GpuInfo, GpuInventory

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tests.fuzzkit import FUZZ
 from watchdog.config import KEYS, ConfigError, build_config, load_config
-from watchdog.core.signatures import SignatureError, _parse
+from watchdog.core.knowledge.signatures import SignatureError, _parse
 
 TOML_VALUE = st.recursive(
     st.booleans()

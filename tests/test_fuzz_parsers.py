@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.fuzzkit import FUZZ, growth
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import Observation
-from watchdog.core.signatures import load_signatures
-from watchdog.core.timeline import parse_timeline
-from watchdog.core.window import Window
+from watchdog.core.state.timeline import parse_timeline
+from watchdog.core.state.window import Window
 from watchdog.sources.gpu.dcgm import parse_dcgm
 from watchdog.sources.gpu.file import BadLine
 from watchdog.sources.gpu.file import parse_line as parse_gpu_line

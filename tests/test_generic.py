@@ -1,5 +1,6 @@
-"""The generic layer (core/generic.py): crashed, timed out, stalled and livelock from a log alone,
-their near misses, `replay` exit codes per class, and the same classes in a live verdict."""
+"""The generic layer (core/judge/generic.py): crashed, timed out, stalled and livelock from a log
+alone, their near misses, `replay` exit codes per class, and the same classes in a live verdict.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +15,14 @@ from tests.obsbuilder import Timeline, events, final, procs
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
-from watchdog.core.logverdict import name_signatures
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import (
+    SignatureError,
+    SignatureSet,
+    load_file,
+    load_signatures,
+)
 from watchdog.core.model import ServerSample
-from watchdog.core.signatures import SignatureError, SignatureSet, load_file, load_signatures
 
 CORPUS = Path(__file__).parent / "data" / "corpus"
 
@@ -105,6 +111,21 @@ def test_the_same_error_in_a_burst_of_seconds_is_no_livelock(sigs: SignatureSet)
     assert shown(minutes, sigs) == "livelock"
 
 
+def test_one_line_from_each_rank_is_no_livelock(sigs: SignatureSet) -> None:
+    # Eight workers each log the same line once (a connector's per-step note, untimed in the
+    # first 80 characters): one event seen eight times. One process saying it eight times in a
+    # row is a loop.
+    note = "DEBUG connector: injected 512 tokens for the step -- adapter.py:650"
+    ranks = "".join(f"(VllmWorkerProcess pid={100 + r}) {note}\n" for r in range(8))
+    assert shown(ranks, sigs) is None
+    one = "".join(f"(VllmWorkerProcess pid=100) {note}\n" for _ in range(8))
+    assert shown(one, sigs) == "livelock"
+    tp = "".join(
+        f"[2026-03-02 10:{r:02d}:00 TP{r}] KV cache pool is full. Retract.\n" for r in range(8)
+    )
+    assert shown(tp, sigs) is None
+
+
 # --- near misses: each must stay quiet ------------------------------------------------------
 
 
@@ -159,7 +180,11 @@ def test_a_traceback_the_server_moves_past_is_quiet(sigs: SignatureSet) -> None:
         "Avg generation throughput: 30.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n"
     )
     assert shown(text, sigs) is None
-    assert shown(text.split("INFO")[0], sigs) == "crashed"
+    # Ending the log, the same traceback is a crash unless a handler that survives logged it:
+    # vLLM's serving layer answers that one request with an error (the class's `survived`).
+    assert shown(text.split("INFO")[0], sigs) is None
+    ended = text.split("INFO")[0].replace("[serving_chat.py:250]", "[gpu_worker.py:250]")
+    assert shown(ended, sigs) == "crashed"
 
 
 def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
@@ -412,6 +437,69 @@ def test_a_traceback_logged_below_error_is_handled(level: str, sigs: SignatureSe
     )
     assert shown(text, sigs) is None
     assert shown(text.replace(level, "ERROR"), sigs) == "crashed"
+
+
+_FRAMES = (
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3.12/site-packages/vllm/x.py", line 88, in run\n'
+    "    out = self.step(req)\n"
+    '  File "/usr/lib/python3.12/site-packages/vllm/y.py", line 41, in step\n'
+    "    raise ValueError(msg)\n"
+    "ValueError: the request cannot be served\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("record", "prefixed"),
+    [
+        # vLLM's OpenAI serving layer, per request (0.32 `serving.py`; older `serving_chat.py`).
+        ("ERROR 12-04 10:00:00 [serving.py:412] Error in preprocessing prompt inputs", False),
+        ("ERROR 12-04 10:00:00 [serving_chat.py:230] Error in preprocessing prompt inputs", False),
+        ("ERROR 12-04 10:00:00 [hermes_tool_parser.py:117] Error in extracting tool call", False),
+        # A utility call's exception goes back to its caller (v1/engine/core.py).
+        (
+            "(EngineCore pid=7) ERROR 12-04 10:00:00 [core.py:1750] Invocation of "
+            "collective_rpc method failed",
+            True,
+        ),
+        # One KV transfer or handshake failed (the NIXL connector's _log_failure).
+        (
+            "(Worker_TP0 pid=9) ERROR 12-04 10:00:00 [nixl_connector.py:1263] NIXL transfer "
+            "failure: handshake_setup_failed | Context: {}",
+            True,
+        ),
+    ],
+)
+def test_a_traceback_a_handler_logs_and_survives_is_quiet(
+    record: str, prefixed: bool, sigs: SignatureSet
+) -> None:
+    prefix = record.split("] ", 1)[0] + "] " if prefixed else ""
+    frames = "".join(prefix + line + "\n" for line in _FRAMES.splitlines())
+    assert shown(record + "\n" + frames, sigs) is None
+    # The same traceback under a record that is not such a handler's is the end of a process.
+    fatal = "(Worker pid=7) ERROR 12-04 10:00:00 [runner.py:900] the step failed"
+    fatal_prefix = fatal.split("] ", 1)[0] + "] " if prefixed else ""
+    frames = "".join(fatal_prefix + line + "\n" for line in _FRAMES.splitlines())
+    assert shown(fatal + "\n" + frames, sigs) == "crashed"
+
+
+def test_survived_is_read_from_the_class_data(tmp_path: Path) -> None:
+    """An operator's class names its own survived handlers; a bad pattern is an error naming
+    the key."""
+    text = "ERROR 12-04 10:00:00 [my_handler.py:3] request 12 failed\n" + _FRAMES
+    mine = tmp_path / "mine.toml"
+    entry = (
+        '[[generic]]\nid = "crashed"\nstate = "dead"\ntitle = "t"\nneeds = "n"\n'
+        "commands = []\nsurvived = [{survived}]\n"
+        '[[generic.rule]]\nkind = "traceback_end"\nlabel = "a traceback"\n'
+    )
+    mine.write_text(entry.format(survived=""))
+    assert shown(text, load_file(mine)) == "crashed"
+    mine.write_text(entry.format(survived="'request \\d+ failed'"))
+    assert shown(text, load_file(mine)) is None
+    mine.write_text(entry.format(survived="'(unclosed'"))
+    with pytest.raises(SignatureError, match=r"generic 'crashed': key 'survived'"):
+        load_file(mine)
 
 
 # --- native and launcher deaths ----------------------------------------------------------------

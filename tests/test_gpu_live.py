@@ -17,10 +17,10 @@ import pytest
 
 from tests.obsbuilder import SERVER_PID, SYNC_STACK, events, stack
 from tests.simfixtures import REPO_ROOT, sim_env
-from watchdog.core.classify import Thresholds, classify
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import Observation, ProcInfo, ProcSnapshot, to_dict
-from watchdog.core.signatures import load_signatures
-from watchdog.core.window import Window
+from watchdog.core.state.window import Window
 from watchdog.sources.gpu.nvml import NvmlBackend
 
 BENCH = REPO_ROOT / "benchmarks"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from watchdog.config import Config
-from watchdog.core.gpuscope import in_container, server_gpus
 from watchdog.core.model import GpuSample
+from watchdog.core.state.gpuscope import in_container, server_gpus
 from watchdog.daemon.wiring import build
 
 A, B, C = ("GPU-aaaaaaaa-0000-4000-8000-000000000000", "GPU-bbbbbbbb-0000-4000-8000-000000000000",
@@ -107,7 +107,7 @@ def test_another_servers_busy_gpu_does_not_count(tmp_path: Path, server) -> None
 
 def test_the_choice_holds_while_its_evidence_is_unavailable() -> None:
     """A driver hang that blocks the process source must not widen the judgement to all GPUs."""
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
     from watchdog.sources.base import SourceTick
 

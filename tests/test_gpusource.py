@@ -208,7 +208,7 @@ def test_the_daemon_runs_an_nvml_poll_on_the_sources_own_worker_only() -> None:
     import threading
 
     from watchdog.config import Config
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
 
     threads: set[str] = set()

@@ -17,8 +17,8 @@ import pytest
 
 from tests.tickkit import TickKit
 from watchdog.config import build_config
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import Observation, Verdict
-from watchdog.core.signatures import load_signatures
 from watchdog.outputs.export import MetricsSink
 from watchdog.outputs.metrics_hook import MetricsHook
 from watchdog.outputs.notify_hook import NotifyHook

@@ -11,8 +11,9 @@ import pytest
 
 from tests.fakes import workload
 from tests.shipped import PATTERNS
-from watchdog.core.openops import keep_with_ops, load_ops
-from watchdog.core.signatures import load_signatures
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import load_signatures
+from watchdog.core.state.openops import keep_with_ops
 from watchdog.sources.logs import hsbuild, prefilter
 from watchdog.sources.logs.prefilter import Prefilter
 from watchdog.sources.logs.scan import prefilter_for

@@ -22,7 +22,7 @@ from watchdog.core.model import (
     ProcSnapshot,
     Verdict,
 )
-from watchdog.core.timeline import read_timeline
+from watchdog.core.state.timeline import read_timeline
 from watchdog.knowledge import load_knowledge
 from watchdog.outputs.incident import Incident, IncidentWriter, build_environment, load_incident
 from watchdog.sources.stacks.capture import CaptureResult, StackCapturer, resolve_pyspy

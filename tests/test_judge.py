@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.obsbuilder import Timeline, events, final, procs
-from watchdog.core import stages
-from watchdog.core.candidate import Candidate
-from watchdog.core.classify import pick
+from watchdog.core.judge import stages
+from watchdog.core.judge.candidate import Candidate
+from watchdog.core.judge.classify import pick
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import STATES, to_dict
-from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.core.states import State
 
 LINE = "RuntimeError: frobnicator lost its quorum on rank 3"

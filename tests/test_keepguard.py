@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.fuzzkit import FUZZ, growth
-from watchdog.core.openops import keep_with_ops, load_ops
-from watchdog.core.signatures import load_signatures
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import load_signatures
+from watchdog.core.state.openops import keep_with_ops
 from watchdog.sources.logs.keepguard import keeps, top_level_alternatives
 
 KEEP = keep_with_ops(load_signatures([]).log_keep_pattern(), load_ops())

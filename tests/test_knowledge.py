@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.core.signatures import SignatureError
+from watchdog.core.knowledge.signatures import SignatureError
 from watchdog.engines.loader import EngineError
 from watchdog.knowledge import Knowledge, load_knowledge
 from watchdog.sources.pyenv import COMMON
@@ -72,9 +72,9 @@ for name in names:
 builtins.open = io.open = real_open
 pathlib.Path.read_text, pathlib.Path.read_bytes = real_read_text, real_read_bytes
 
-from watchdog.core.openops import OpDef
-from watchdog.core.ranks import RankRules
-from watchdog.core.sigmodel import SignatureSet
+from watchdog.core.knowledge.opdefs import OpDef
+from watchdog.core.knowledge.rankrules import RankRules
+from watchdog.core.knowledge.sigmodel import SignatureSet
 from watchdog.engines.loader import EngineSet
 from watchdog.sources.logs.parse import LogPatterns
 

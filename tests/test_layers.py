@@ -47,6 +47,12 @@ MUTATORS = frozenset(
     {"append", "extend", "insert", "remove", "pop", "popitem", "clear", "update", "setdefault"}
     | {"add", "discard", "sort", "reverse", "appendleft", "extendleft", "__setitem__"}
 )
+# Inside core, the roles stack the same way: the base (the model, states, thresholds, redaction)
+# imports nothing above it; `knowledge` (every rule type's schema and its loader) builds on the
+# base; `state` (events, the window, leases, open operations: what is known of the server now)
+# reads knowledge; `judge` (the classifier's stages and evaluators) reads all three. So an
+# evaluator imports a schema, never the reverse.
+CORE_ROLES = ("base", "knowledge", "state", "judge")
 CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$|^__\w+__$")
 
 
@@ -76,7 +82,7 @@ def module_files(root: Path) -> Iterator[tuple[str, Path]]:
 
 
 def layer(module: str) -> str:
-    """`watchdog.core.window` -> core; `watchdog.config` -> config; `watchdog` -> watchdog."""
+    """`watchdog.core.state.window` -> core; `watchdog.config` -> config; `watchdog` -> watchdog."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -119,6 +125,12 @@ def _module_path(module: str, root: Path) -> Path | None:
     return None
 
 
+def core_role(module: str) -> str:
+    """`watchdog.core.judge.classify` -> judge; `watchdog.core.model` -> base."""
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[2] in CORE_ROLES else "base"
+
+
 def back_edges(root: Path) -> list[str]:
     """The imports that break the layer rule, one line each."""
     bad = []
@@ -128,9 +140,18 @@ def back_edges(root: Path) -> list[str]:
             there = layer(edge.target)
             if here == "core" and there != "core":
                 bad.append(f"{edge} (core imports only core)")
+            elif here == "core" and _above(core_role(edge.target), core_role(module)):
+                bad.append(
+                    f"{edge} (core's {core_role(module)} must not import its "
+                    f"{core_role(edge.target)})"
+                )
             elif there in FORBIDDEN.get(here, ()):
                 bad.append(f"{edge} ({here} must not import {there})")
     return bad
+
+
+def _above(there: str, here: str) -> bool:
+    return CORE_ROLES.index(there) > CORE_ROLES.index(here)
 
 
 def _top_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
@@ -222,9 +243,11 @@ def test_no_module_level_mutable_state() -> None:
 def test_the_scan_sees_the_whole_package() -> None:
     """A scan that found no modules (a moved root, a bad glob) would pass everything."""
     modules = dict(module_files(ROOT))
-    assert {"watchdog.core.window", "watchdog.daemon.loop", "watchdog.outputs.incident"} <= set(
-        modules
-    )
+    assert {
+        "watchdog.core.state.window",
+        "watchdog.daemon.loop",
+        "watchdog.outputs.incident",
+    } <= set(modules)
     edges = [e.target for m, p in modules.items() for e in imports(m, p, ROOT)]
     assert "watchdog.core.model" in edges and "watchdog.sources.gpu.nvml" in edges
 
@@ -294,6 +317,17 @@ def _plant(root: Path, rel: str, text: str) -> Path:
         ("knowledge.py", "def f():\n    from .outputs import emit\n", "must not import outputs"),
         ("configcheck.py", "from watchdog.config import Config\n", "must not import config"),
         ("configcheck.py", "from watchdog.knowledge import X\n", "must not import knowledge"),
+        (
+            "core/knowledge/planted.py",
+            "from watchdog.core.state.window import Window\n",
+            "core's knowledge must not import its state",
+        ),
+        (
+            "core/state/planted.py",
+            "def f():\n    from watchdog.core.judge import classify\n",
+            "core's state must not import its judge",
+        ),
+        ("core/planted.py", "from .knowledge import x\n", "core's base must not import"),
     ],
 )
 def test_a_planted_back_edge_fails(tmp_path: Path, rel: str, text: str, why: str) -> None:
@@ -305,6 +339,9 @@ def test_a_planted_back_edge_fails(tmp_path: Path, rel: str, text: str, why: str
         "sources/procs.py",
         "outputs/emit.py",
         "knowledge.py",
+        "core/state/window.py",
+        "core/judge/classify.py",
+        "core/knowledge/x.py",
     ):
         _plant(root, real, "")
     path = _plant(root, rel, text)

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from tests.obsbuilder import Timeline, events, frozen_bar, gpu, procs, verdicts
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import Connection
-from watchdog.core.signatures import SignatureSet, load_signatures
 
 START = (
     "(EngineCore pid=282) 2026-05-30 07:15:45,192 - INFO - autotuner.py:615 - "

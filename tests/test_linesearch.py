@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from watchdog.core.linesearch import LineIndex
-from watchdog.core.signatures import load_signatures
+from watchdog.core.judge.linesearch import LineIndex
+from watchdog.core.knowledge.signatures import load_signatures
 
 DATA = Path(__file__).parent / "data" / "logs"
 SIGS = load_signatures()

@@ -1,4 +1,4 @@
-"""The live path and `replay` read the same lines the same way (core/events.py).
+"""The live path and `replay` read the same lines the same way (core/state/events.py).
 
 Each real log sample (tests/data/logs/) and each corpus excerpt (tests/data/corpus/) is fed
 both ways:
@@ -29,10 +29,10 @@ from tests.obsbuilder import Timeline, events, procs
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
-from watchdog.core.classify import Thresholds, classify
-from watchdog.core.logverdict import name_signatures
-from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.core.window import Window
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
+from watchdog.core.state.window import Window
 from watchdog.sources.logs.split import LineSplitter
 
 DATA = Path(__file__).parent / "data"

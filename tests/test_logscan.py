@@ -17,9 +17,10 @@ import pytest
 
 from tests.fakes import DATA, STACKS, workload
 from tests.shipped import PATTERNS
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import keep_with_ops, load_ops
-from watchdog.core.signatures import load_signatures
+from watchdog.core.state.openops import keep_with_ops
 from watchdog.sources.logs.parse import clean_line, literal_keys, parse_line
 from watchdog.sources.logs.prefilter import Prefilter, required_literals
 from watchdog.sources.logs.scan import (
@@ -98,7 +99,7 @@ def test_block_path_keeps_exactly_the_events_of_the_line_path(seed: int, hypersc
 
 
 def test_the_verdict_of_a_replayed_log_is_unchanged(tmp_path: Path) -> None:
-    from watchdog.core.logverdict import name_signatures
+    from watchdog.core.judge.logverdict import name_signatures
 
     sigs = load_signatures()
     pieces = [workload(7)]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.shipped import PATTERNS
-from watchdog.core.logdumps import log_stacks
 from watchdog.core.model import Frame, LogEvent, ThreadStack
+from watchdog.core.state.logdumps import log_stacks
 from watchdog.sources.logs.parse import clean_line
 from watchdog.sources.logs.split import LineSplitter
 from watchdog.sources.logs.stackdumps import StackScanner, scan_lines, strip_prefixes

@@ -6,8 +6,8 @@ import pytest
 
 from tests.logsamples import NAMED
 from tests.obsbuilder import LOGS, events, sample_lines
-from watchdog.core.logverdict import log_stall, name_signatures
-from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.core.judge.logverdict import log_stall, name_signatures
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 
 HEALTHY = [
     "f_vllm43295_apiserver_engine000.log",

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from watchdog.config import Config
-from watchdog.core.signatures import load_signatures
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.daemon.loop import Daemon
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 

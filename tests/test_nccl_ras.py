@@ -157,8 +157,8 @@ def _exported(ras: RasSource) -> dict[tuple[str, tuple[str, ...]], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
     from watchdog.config import Config
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.core.model import Verdict
-    from watchdog.core.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
     from watchdog.outputs.export import MetricsSink
     from watchdog.outputs.exposition import render_text

@@ -20,7 +20,7 @@ import pytest
 
 from tests.simfixtures import sim_env, stop_process
 from watchdog.config import build_config
-from watchdog.core.tick import Tick
+from watchdog.core.state.tick import Tick
 from watchdog.daemon.wiring import build
 from watchdog.outputs.sdnotify import Notifier
 
@@ -216,8 +216,8 @@ def test_the_loop_lag_is_how_late_a_tick_started() -> None:
     import threading
 
     from watchdog.config import build_config
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.core.model import Verdict
-    from watchdog.core.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
 
     offset = [0.0]

@@ -17,10 +17,10 @@ import pytest
 from tests.obsbuilder import Timeline, window_of
 from watchdog.commands.preflight import UsageError, options_from_args
 from watchdog.config import Config
-from watchdog.core.classify import Thresholds, classify
-from watchdog.core.evidence import short_title
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.judge.evidence import short_title
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import GpuSample, ProcSnapshot
-from watchdog.core.signatures import load_signatures
 from watchdog.daemon.loop import judging_line
 from watchdog.outputs.summary import render_summary
 from watchdog.preflight.checks_watchdog import check_incident_space

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tests.fakes import gpus, inventory
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import GpuSample
-from watchdog.core.signatures import load_signatures
 from watchdog.preflight import checks_cubins, checks_fabric, checks_toolchain, checks_watchdog
 from watchdog.preflight.checks_gpu import check_gpus, collect_gpus
 from watchdog.preflight.checks_versions import check_known_bad

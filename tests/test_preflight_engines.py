@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import GpuSample
-from watchdog.core.signatures import load_signatures
 from watchdog.engines.loader import load_engines
 from watchdog.preflight.checks_engine import check_attention_path
 from watchdog.preflight.checks_gpu import collect_gpus

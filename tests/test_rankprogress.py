@@ -1,4 +1,4 @@
-"""Per-rank last progress (core/rankprogress.py): each rank's own time, not the server's."""
+"""Per-rank last progress (core/state/rankprogress.py): each rank's own time, not the server's."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from watchdog.core.model import (
     ThreadStack,
     Verdict,
 )
-from watchdog.core.rankprogress import first_to_stop, rank_progress
+from watchdog.core.state.rankprogress import first_to_stop, rank_progress
 from watchdog.outputs.fleet import LAST_PROGRESS, FleetLabels, fleet_series
 from watchdog.sources.logs import parse
 
@@ -112,7 +112,7 @@ def test_log_lines_tagged_with_the_rank_count_for_that_rank() -> None:
         " avail mem=10.0 GB, mem usage=2.0 GB."
     )
     assert vllm is not None and sglang is not None
-    # A progress line advances the server too (core/window.py), so the times agree; the
+    # A progress line advances the server too (core/state/window.py), so the times agree; the
     # rank it names is the one seen doing it.
     for line, rank in ((vllm, 1), (sglang, 3)):
         ranks = _by_rank(_hang(Timeline(procs=_procs()), [{}, {"logs": (line,)}, {}]))
@@ -156,7 +156,7 @@ def test_export_carries_each_ranks_own_time() -> None:
 
 
 def test_the_verdict_says_which_rank_stopped_first_only_when_ranks_differ() -> None:
-    from watchdog.core.rankprogress import describe_progress
+    from watchdog.core.state.rankprogress import describe_progress
 
     tl = Timeline(procs=_procs())
     busy = {"gpus": _gpus({0: 0.5, 1: 0.5, 3: 0.5})}

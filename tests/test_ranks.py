@@ -1,7 +1,9 @@
-"""Rank attribution (core/ranks.py): which rank is the cause and which ranks wait on it."""
+"""Rank attribution (core/judge/ranks.py): which rank is the cause and which ranks wait on it."""
 
 from __future__ import annotations
 
+from watchdog.core.judge.ranks import attribute, describe
+from watchdog.core.knowledge.rankrules import load_rank_rules
 from watchdog.core.model import (
     Connection,
     Frame,
@@ -14,7 +16,7 @@ from watchdog.core.model import (
     from_dict,
     to_dict,
 )
-from watchdog.core.ranks import attribute, describe, load_rank_rules, role_and_rank
+from watchdog.core.state.rankroles import role_and_rank
 from watchdog.outputs.summary import render_summary
 
 RULES = load_rank_rules()  # the shipped ranks.toml, as SignatureSet.ranks holds it

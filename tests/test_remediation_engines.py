@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import Verdict
-from watchdog.core.signatures import load_signatures
 from watchdog.engines.loader import load_engines
 from watchdog.remediation.plan import PlanError, make_plan
 from watchdog.remediation.restarters import env_file_text

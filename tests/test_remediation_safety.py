@@ -192,7 +192,7 @@ def test_a_restarter_bug_ends_as_failed(tmp_path: Path) -> None:
 )
 def test_fallback_overrides_are_checked_at_start(tmp_path: Path, overrides, needle) -> None:
     from watchdog.config import Config, ConfigError
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.remediation.factory import check_overrides
 
     with pytest.raises(ConfigError, match=needle):

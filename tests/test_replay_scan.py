@@ -16,8 +16,9 @@ import pytest
 
 from tests.fakes import NOISE, SPAN, STACKS, workload
 from watchdog.commands.replaylog import read_log
-from watchdog.core.openops import OpenOp, load_ops, open_operations
-from watchdog.core.signatures import load_signatures
+from watchdog.core.knowledge.opdefs import load_ops
+from watchdog.core.knowledge.signatures import load_signatures
+from watchdog.core.state.openops import OpenOp, open_operations
 from watchdog.sources.logs import scan_bytes
 
 HERE = Path(__file__).parent

@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (log lines are quoted whole, as the engines print them)
-"""Root causes under the verdict (core/rootcause.py), replay and live alike: each reading from
+"""Root causes under the verdict (core/judge/rootcause.py), replay and live alike: each reading from
 cases written in the engines' real formats (cited), and near misses that must stay quiet."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from tests.obsbuilder import Timeline, events, procs
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
-from watchdog.core.classify import Thresholds, classify
-from watchdog.core.logverdict import name_signatures
-from watchdog.core.rootcause import Cause, cause_of
-from watchdog.core.signatures import load_signatures
-from watchdog.core.window import Window
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.judge.rootcause import Cause, cause_of
+from watchdog.core.knowledge.signatures import load_signatures
+from watchdog.core.state.window import Window
 
 SIGS = load_signatures()
 

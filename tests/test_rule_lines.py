@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from tests.shipped import KNOWLEDGE
-from watchdog.core import sigmodel
-from watchdog.core.sigmodel import Rule
+from watchdog.core.knowledge import sigmodel
+from watchdog.core.knowledge.sigmodel import Rule
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted([*DATA.glob("*.log"), *(DATA / "logs").glob("*.log")])

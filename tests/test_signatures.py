@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from tests.simfixtures import run_watchdog
-from watchdog.core.signatures import EVIDENCE_KINDS, SignatureError, load_file, load_signatures
+from watchdog.core.knowledge.signatures import (
+    EVIDENCE_KINDS,
+    SignatureError,
+    load_file,
+    load_signatures,
+)
 
 GOOD = """
 schema = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from watchdog.core.sigtext import cubin_source, fill
+from watchdog.core.knowledge.sigtext import cubin_source, fill
 
 
 @pytest.mark.parametrize(

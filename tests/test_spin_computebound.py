@@ -13,10 +13,10 @@ from dataclasses import replace
 import pytest
 
 from tests.obsbuilder import SERVER_PID, SYNC_STACK, Timeline, frozen_bar, procs, stack, verdicts
-from watchdog.core.classify import Thresholds
+from watchdog.core.judge.classify import Thresholds
+from watchdog.core.judge.spinsignals import spin_by
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import GpuSample
-from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.core.spinsignals import spin_by
 
 LIMIT_W = 700.0
 TH = Thresholds()

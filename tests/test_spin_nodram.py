@@ -13,9 +13,9 @@ import pytest
 
 from tests.obsbuilder import SERVER_PID, SYNC_STACK, Timeline, frozen_bar, procs, stack, verdicts
 from watchdog.config import ConfigError, build_config
-from watchdog.core.classify import Thresholds
+from watchdog.core.judge.classify import Thresholds
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import GpuSample, ProcInfo, ProcSnapshot
-from watchdog.core.signatures import SignatureSet, load_signatures
 
 GB10_LIMIT_W = 100.0  # a board limit for the ratio; the reports give draws, not the limit
 

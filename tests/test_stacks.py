@@ -326,9 +326,9 @@ def test_parse_dump_json_rejects_garbage() -> None:
 
 
 def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) -> None:
-    from watchdog.core.classify import Context, Thresholds
+    from watchdog.core.judge.classify import Context, Thresholds
     from watchdog.core.model import Observation, ProcSnapshot, Verdict
-    from watchdog.core.window import Window
+    from watchdog.core.state.window import Window
     from watchdog.daemon.episodes import EpisodeHook
 
     hook = EpisodeHook(capturer=StackCapturer(pyspy="/nonexistent/py-spy"))
@@ -357,7 +357,7 @@ def test_missing_pyspy_is_said_at_once_and_reaches_the_verdict(download_target) 
 def test_real_py_spy_stacks_name_the_signature(target: str, signature: str) -> None:
     """What py-spy prints for a stuck process, fed to the classifier as the daemon does."""
     from tests.obsbuilder import Timeline, final, frozen_bar, gpu, procs
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
 
     proc = start_target(target)
     try:

@@ -4,7 +4,7 @@ warnings, and a launcher's periodic "waiting for shard" line while a shard loads
 ready, are a stall.
 
 The logs are written here from the upstream format strings (tests/data/startup/README.md);
-each test feeds the same lines to `replay` (core/generic.py through the real CLI) and to the
+each test feeds the same lines to `replay` (core/judge/generic.py through the real CLI) and to the
 live path (Window and classify(), one tick per line at the line's own time).
 """
 
@@ -21,11 +21,11 @@ from tests.obsbuilder import Timeline, events, procs, verdicts
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
-from watchdog.core.context import Thresholds
-from watchdog.core.generic import timestamp_s
-from watchdog.core.logverdict import name_signatures
+from watchdog.core.judge.context import Thresholds
+from watchdog.core.judge.generic import timestamp_s
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import Verdict
-from watchdog.core.signatures import SignatureSet, load_signatures
 
 DATA = Path(__file__).parent / "data" / "startup"
 COLD = DATA / "vllm_cold_compile_with_shm_wait.log"
@@ -115,7 +115,7 @@ def test_wait_warnings_with_no_milestone_between_them_still_stall(sigs: Signatur
 
 
 def test_the_milestones_are_read_as_startup_phases() -> None:
-    from watchdog.core.events import Milestone, Phase, WaitLine, typed
+    from watchdog.core.state.events import Milestone, Phase, WaitLine, typed
 
     kinds = {}
     for ev in events(COLD.read_text().splitlines()):

@@ -160,7 +160,7 @@ def test_the_server_source_counts_a_clients_unanswered_request() -> None:
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from watchdog.core.witnesses import Witnesses
+    from watchdog.core.state.witnesses import Witnesses
     from watchdog.sources.server import ServerSource
 
     release = threading.Event()

@@ -18,7 +18,7 @@ from watchdog.core.model import (
     StackSample,
     ThreadStack,
 )
-from watchdog.core.timeline import read_timeline, write_timeline
+from watchdog.core.state.timeline import read_timeline, write_timeline
 
 
 def _obs(i: int, line: str = "Engine 000: Avg prompt throughput: 0.0 tokens/s") -> Observation:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.obsbuilder import Timeline, events, procs, sample_lines, window_of
 from watchdog.core.model import Observation, ServerSample
-from watchdog.core.window import Window
+from watchdog.core.state.window import Window
 
 
 def _metrics(iterations: float, running: float = 1.0) -> ServerSample:
@@ -144,7 +144,7 @@ def _line_obs(t: float, n: int, chars: int) -> Observation:
 
 
 def test_a_huge_line_is_kept_as_its_head_and_tail() -> None:
-    from watchdog.core.window import MAX_EVENT_CHARS
+    from watchdog.core.state.window import MAX_EVENT_CHARS
 
     w = Window(span_s=600)
     w.append(_line_obs(0.0, 1, 65536))
@@ -159,7 +159,7 @@ def test_log_text_held_stops_growing_with_volume() -> None:
     for t in range(2000):  # 2000 ticks x 20 lines x 4 KB = 160 MB offered
         w.append(_line_obs(float(t), 20, 4000))
         held.append(w.chars)
-    from watchdog.core.window import OLD_EVENT_CHARS
+    from watchdog.core.state.window import OLD_EVENT_CHARS
 
     offered = 2000 * 20 * 4011
     floor = 2000 * 20 * (OLD_EVENT_CHARS + 48)  # every old line shrunk to its head and tail

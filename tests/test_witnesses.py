@@ -23,10 +23,10 @@ from tests.obsbuilder import (
     verdicts,
 )
 from tests.shipped import PATTERNS
-from watchdog.core.classify import Thresholds
+from watchdog.core.judge.classify import Thresholds
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import LogEvent, ServerSample
-from watchdog.core.signatures import SignatureSet, load_signatures
-from watchdog.core.witnesses import Witnesses, line_clock
+from watchdog.core.state.witnesses import Witnesses, line_clock
 from watchdog.sources.logs.parse import parse_line
 
 CUBIN_LOG = "classify/cubin_download_v067.log"
@@ -331,7 +331,7 @@ def test_replay_of_the_recorded_timeline_keeps_the_cause_too(
     import sys
 
     from tests.simfixtures import sim_env
-    from watchdog.core.timeline import write_timeline
+    from watchdog.core.state.timeline import write_timeline
 
     tl = Timeline(gpus=(), procs=procs())
     tl.tick(logs=_ev(SGLANG_READY))

@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from watchdog.core.classify import Thresholds
+from watchdog.core.judge.classify import Thresholds
 from watchdog.core.model import Observation, StackSample, Verdict
-from watchdog.core.tick import Tick
-from watchdog.core.window import Window
+from watchdog.core.state.tick import Tick
+from watchdog.core.state.window import Window
 from watchdog.outputs.emit import Emitter
 
 

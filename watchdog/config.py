@@ -15,7 +15,7 @@ from typing import Any
 
 from watchdog.configcheck import cross_check
 from watchdog.configkeys import ALIASES, KEYS, Config, ConfigError
-from watchdog.core.tomlcheck import SignatureError, read_toml, read_toml_text
+from watchdog.core.knowledge.tomlcheck import SignatureError, read_toml, read_toml_text
 
 __all__ = ["ALIASES", "KEYS", "Config", "ConfigError", "build_config", "load_config"]
 

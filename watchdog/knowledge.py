@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from watchdog.core.openops import OpDef
-from watchdog.core.published import Published, load_published
-from watchdog.core.ranks import RankRules
-from watchdog.core.signatures import SignatureSet, load_signatures
+from watchdog.core.knowledge.opdefs import OpDef
+from watchdog.core.knowledge.published import Published, load_published
+from watchdog.core.knowledge.rankrules import RankRules
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.engines.loader import EngineSet, load_engines
 from watchdog.sources.pyenv import modules_for, packages_for
 

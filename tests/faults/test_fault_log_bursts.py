@@ -16,9 +16,9 @@ import pytest
 
 from tests.faults.harness import DEATH, FOUND, Watchdog, finish, watch
 from tests.shipped import PATTERNS
+from watchdog.core.knowledge.signatures import load_signatures
 from watchdog.core.model import LogEvent, Observation
-from watchdog.core.signatures import load_signatures
-from watchdog.core.window import Window
+from watchdog.core.state.window import Window
 from watchdog.sources.logs.scan import BlockScanner
 from watchdog.sources.logs.source import FileFollower, LogSource
 from watchdog.sources.logs.split import BlockSplitter

@@ -133,7 +133,7 @@ def test_a_blocking_reader_is_cut_off_by_the_deadline() -> None:
     """A read that never returns (a hung network mount) costs one deadline, then the loop
     skips the log source; what the read returns later is still delivered."""
     from watchdog.config import Config
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.daemon.loop import Daemon
     from watchdog.sources.logs.source import LogSource
     from watchdog.sources.logs.split import Block

@@ -156,7 +156,7 @@ def test_invalid_utf8_is_refused_naming_file_line_and_key(
 def test_every_shipped_regex_passes_the_same_check() -> None:
     """The operator's regexes are held to the bound the shipped ones meet: the shipped files
     load through the same check (tomlcheck.regex), so this fails if one of them regresses."""
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
     from watchdog.engines.loader import load_engines
 
     assert load_signatures([]).signatures
@@ -167,7 +167,7 @@ def test_the_collective_hang_pattern_is_linear_on_a_repeated_nccl_line() -> None
     """SGLang logs 100 KB lines; one repeating ProcessGroupNCCL made the old
     `ProcessGroupNCCL.*[Tt]imeout` quadratic (1.3 s per 64 KB line)."""
     from tests.fuzzkit import growth
-    from watchdog.core.signatures import load_signatures
+    from watchdog.core.knowledge.signatures import load_signatures
 
     (sig,) = [s for s in load_signatures([]).signatures if s.id == "collective_hang"]
     (rule,) = [r for r in sig.evidence if r.pattern and "ProcessGroupNCCL" in r.pattern.pattern]

@@ -22,8 +22,8 @@ from watchdog.commands.flags import FLAG_NAMES, NO_FLAG, add_config_flags, epilo
 from watchdog.commands.logsetup import setup_logging
 from watchdog.commands.watch import cmd_diagnose, cmd_run, config_from_args
 from watchdog.config import ConfigError
-from watchdog.core.signatures import SignatureError, load_signatures
-from watchdog.core.sigtext import fill
+from watchdog.core.knowledge.signatures import SignatureError, load_signatures
+from watchdog.core.knowledge.sigtext import fill
 
 __all__ = ["FLAG_NAMES", "NO_FLAG", "build_parser", "config_from_args", "main"]
 

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from watchdog.core.classify import Thresholds, classify
-from watchdog.core.logverdict import name_signatures
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.judge.logverdict import name_signatures
+from watchdog.core.knowledge.signatures import SignatureError, SignatureSet, load_signatures
 from watchdog.core.model import Verdict, to_dict
-from watchdog.core.signatures import SignatureError, SignatureSet, load_signatures
-from watchdog.core.window import Window
+from watchdog.core.state.window import Window
 from watchdog.knowledge import Knowledge
 from watchdog.outputs.emit import format_verdict
 
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         if stuck:
             return _stuck_misuse(name)
         # Parse the bytes already read: stdin cannot be read twice, and "-" is no path.
-        from watchdog.core.timeline import parse_timeline
+        from watchdog.core.state.timeline import parse_timeline
 
         try:
             observations = parse_timeline(data, name)
@@ -135,6 +135,7 @@ def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Threshol
         max_len=max(len(observations), 1),
         ranks=sigs.ranks,
         thresholds=thresholds,
+        ops=sigs.ops,
     )
     for obs in observations:
         window.append(obs)
@@ -142,7 +143,7 @@ def reclassify(observations: list[Any], sigs: SignatureSet, thresholds: Threshol
 
 
 def _bundle(root: Path, sigs: SignatureSet, as_json: bool) -> int:
-    from watchdog.core.timeline import read_timeline
+    from watchdog.core.state.timeline import read_timeline
     from watchdog.outputs.incident import load_incident
 
     try:

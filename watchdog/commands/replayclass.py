@@ -1,14 +1,14 @@
 """What `replay` of a plain log says when no signature names a cause: the generic class it
-shows (core/generic.py), its decisive line, and the live command that would name the cause."""
+shows (core/judge/generic.py), its decisive line, and the live command that would name the cause."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.core.generic import ClassVerdict, class_verdict, find_classes
+from watchdog.core.judge.generic import ClassVerdict, class_verdict, find_classes
+from watchdog.core.knowledge.signatures import SignatureSet
 from watchdog.core.model import LogEvent
-from watchdog.core.signatures import SignatureSet
 from watchdog.core.thresholds import Thresholds
 from watchdog.sources.logs.parse import clean_line
 from watchdog.sources.logs.split import split_records

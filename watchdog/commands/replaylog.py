@@ -13,13 +13,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.core.generic import ClassVerdict
-from watchdog.core.logverdict import LogMatch
+from watchdog.core.judge.generic import ClassVerdict
+from watchdog.core.judge.logverdict import LogMatch
+from watchdog.core.judge.rootcause import cause_json, cause_of, print_cause
+from watchdog.core.knowledge.signatures import SignatureSet
+from watchdog.core.knowledge.sigtext import fill
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import OpenOp, stuck_cause
-from watchdog.core.rootcause import cause_json, cause_of, print_cause
-from watchdog.core.signatures import SignatureSet
-from watchdog.core.sigtext import fill
+from watchdog.core.state.openops import OpenOp, stuck_cause
 from watchdog.sources.logs import LogPatterns, log_records, scan_bytes
 
 

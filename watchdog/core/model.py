@@ -245,7 +245,7 @@ class Evidence:
 
 @dataclass(frozen=True)
 class RankView:
-    """What one process of the server was doing when a verdict was taken (core/ranks.py)."""
+    """What one process of the server was doing when a verdict was taken (core/judge/ranks.py)."""
 
     pid: int
     role: str = ""  # e.g. "Worker", "EngineCore", "scheduler"
@@ -261,7 +261,7 @@ class RankView:
 
 @dataclass(frozen=True)
 class RankProgress:
-    """When one rank last showed progress of its own (core/rankprogress.py)."""
+    """When one rank last showed progress of its own (core/state/rankprogress.py)."""
 
     rank: int
     pid: int

@@ -23,8 +23,9 @@ class Thresholds:
     gpu_spin_power_max_ratio: float = 0.5
     gpu_spin_tensor: float = 0.1
     # A launcher still waiting for its shard this long after the load last showed progress
-    # (core/events.py Heartbeat) is work that does not move: the same bound as the
-    # weight_load operation's (core/openops.toml), 30 minutes for 1.5 TB from network storage.
+    # (core/state/events.py Heartbeat) is work that does not move: the same bound as the
+    # weight_load operation's (core/knowledge/openops.toml), 30 minutes for 1.5 TB from network
+    # storage.
     load_deadline_s: float = 1800.0
     # FlashInfer sleeps up to 20 s between download attempts (5/10/20 s, flashinfer
     # jit/cubin_loader.py v0.6.7): a CDN socket seen in this stall stays evidence this long
@@ -43,7 +44,7 @@ class Thresholds:
     # 20 s).
     not_generating_hold_s: float = 30.0
     # After a restart, lines before the new server's first startup line are the old server's
-    # shutdown noise in a shared log file: dropped for at most this long (core/window.py).
+    # shutdown noise in a shared log file: dropped for at most this long (core/state/window.py).
     restart_echo_s: float = 10.0
 
     @classmethod

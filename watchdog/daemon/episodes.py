@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from watchdog.core.model import Observation, StackSample, Verdict
-from watchdog.core.tick import Tick
+from watchdog.core.state.tick import Tick
 
 log = logging.getLogger("hang_watchdog.episodes")
 
@@ -278,7 +278,8 @@ class EpisodeHook:
         obs, verdict = tick.obs, tick.verdict
         incident = Incident(
             verdict=verdict,
-            observations=list(tick.window),
+            # The lines of operations opened before the ring first: replay finds their leases.
+            observations=[*tick.window.carried_observations(), *tick.window],
             capture=self.capture,
             log_tail=list(self.log_tail()),
             environment=self.environment(obs),

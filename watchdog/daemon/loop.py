@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from watchdog.config import Config
-from watchdog.core.classify import Thresholds, classify
-from watchdog.core.gpuscope import in_container, server_gpus
+from watchdog.core.judge.classify import Thresholds, classify
+from watchdog.core.knowledge.signatures import SignatureSet
 from watchdog.core.model import GpuSample, Observation, StackSample, Verdict
-from watchdog.core.signatures import SignatureSet
-from watchdog.core.tick import Hook, Tick
-from watchdog.core.window import Window
+from watchdog.core.state.gpuscope import in_container, server_gpus
+from watchdog.core.state.tick import Hook, Tick
+from watchdog.core.state.window import Window
 from watchdog.engines.detect import EngineInForce
 from watchdog.outputs.emit import Emitter
 from watchdog.sources.base import Source, SourceTick
@@ -125,6 +125,7 @@ class Daemon:
             max_len=int(cfg.window_s / cfg.tick_s) * 2 + 16,
             ranks=sigs.ranks,
             thresholds=self.thresholds,
+            ops=sigs.ops,
         )
         self.verdict: Verdict | None = None
         self.engine = engine if engine is not None else EngineInForce()

@@ -24,7 +24,7 @@ from typing import BinaryIO, cast
 import psutil
 
 from watchdog.core.redact import redact_argv
-from watchdog.core.window import OWN_PIPE
+from watchdog.core.state.window import OWN_PIPE
 from watchdog.daemon.leftovers import report_leftovers
 from watchdog.outputs.sdnotify import child_environ
 from watchdog.sources.deadline import Worker

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 from watchdog import __version__
 from watchdog.config import Config, ConfigError
 from watchdog.configcheck import check_stale_after, check_watchdog_interval
+from watchdog.core.knowledge.signatures import SignatureSet, load_signatures
 from watchdog.core.model import Observation
-from watchdog.core.signatures import SignatureSet, load_signatures
 from watchdog.daemon.episodes import EpisodeHook
 from watchdog.daemon.heap import release_free_heap
 from watchdog.daemon.loop import Daemon

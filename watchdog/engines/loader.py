@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from watchdog.core.tomlcheck import (
+from watchdog.core.knowledge.tomlcheck import (
     SignatureError,
     array,
     check_keys,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from watchdog.core.events import LogKind
+from watchdog.core.state.events import LogKind
 
 # Process roles a profile may name (ProcInfo.role). The core speaks of these, never of engines.
 ROLES = frozenset(

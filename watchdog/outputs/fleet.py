@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 
 from watchdog.core.model import Observation, ProcInfo, Verdict
-from watchdog.core.ranks import MAX_RANK, ranked_procs
+from watchdog.core.state.rankroles import MAX_RANK, ranked_procs
 
 MAX_RANK_SERIES = 256  # per watchdog: a node has at most a few dozen ranks; bound the series
 Series = list[tuple[tuple[str, ...], float]]
@@ -55,7 +55,7 @@ def _ranked(procs: tuple[ProcInfo, ...]) -> list[tuple[int, str]]:
 
 
 def _last_progress(obs: Observation, verdict: Verdict) -> dict[int, float]:
-    """Per rank, the wall time of its own last progress (core/rankprogress.py); the oldest
+    """Per rank, the wall time of its own last progress (core/state/rankprogress.py); the oldest
     when two processes claim one rank."""
     out: dict[int, float] = {}
     for rp in verdict.rank_progress:

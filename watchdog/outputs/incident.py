@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from watchdog import __version__
-from watchdog.core.capture import CaptureResult
 from watchdog.core.model import GpuSample, Observation, Verdict, to_dict
 from watchdog.core.redact import redact_argv, redact_text, redact_tree, relevant_environ
-from watchdog.core.timeline import write_timeline
+from watchdog.core.state.capture import CaptureResult
+from watchdog.core.state.timeline import write_timeline
 from watchdog.outputs.summary import render_summary
 
 log = logging.getLogger("hang_watchdog.incident")

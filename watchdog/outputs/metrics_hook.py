@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from watchdog.core.model import Observation, Verdict
-from watchdog.core.tick import Tick
+from watchdog.core.state.tick import Tick
 
 
 class LoopSink(Protocol):

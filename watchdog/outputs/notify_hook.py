@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from watchdog.core.tick import Tick
+from watchdog.core.state.tick import Tick
 
 
 class Notifications(Protocol):

@@ -72,7 +72,7 @@ def _todo(v: Mapping[str, Any]) -> list[str]:
 
 
 def _ranks_md(v: Mapping[str, Any]) -> list[str]:
-    """One row per process of the server: who is the cause, who waits (core/ranks.py)."""
+    """One row per process of the server: who is the cause, who waits (core/judge/ranks.py)."""
     views = v.get("ranks") or []
     if not views:
         return []

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from watchdog.core.published import Published, public, version_key
+from watchdog.core.knowledge.published import Published, public, version_key
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
 from watchdog.sources.deadline import DeadlineExceeded, call_with_deadline

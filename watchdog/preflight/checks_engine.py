@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from watchdog.core.published import Published
+from watchdog.core.knowledge.published import Published
 from watchdog.engines.profile import EngineProfile
 from watchdog.preflight.checks_cubins import cubin_fixes
 from watchdog.preflight.checks_gpu import GpuInventory

@@ -1,18 +1,18 @@
 """Versions in the server's Python environment, and the known-bad combinations they form.
 
-Known-bad combinations are data (`[[known_bad]]` in watchdog/core/signatures.toml), shared with the
-runtime classifier, so adding knowledge happens in one place.
+Known-bad combinations are data (`[[known_bad]]` in watchdog/core/knowledge/signatures.toml),
+shared with the runtime classifier, so adding knowledge happens in one place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from watchdog.core.sigmodel import KnownBad
+from watchdog.core.knowledge.sigmodel import KnownBad
 from watchdog.preflight.checks_gpu import GpuInventory
 from watchdog.preflight.report import CheckResult, failed, passed, skipped, warned
 
-# The fields of `watchdog.core.signatures.KnownBad` that pre-flight reads: the type itself.
+# The fields of `watchdog.core.knowledge.signatures.KnownBad` pre-flight reads: the type itself.
 KnownBadLike = KnownBad
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from watchdog.core.tomlcheck import SignatureError
+from watchdog.core.knowledge.tomlcheck import SignatureError
 from watchdog.engines.loader import EngineError
 from watchdog.engines.profile import EngineProfile
 from watchdog.knowledge import Knowledge, load_knowledge

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from watchdog.core.knowledge.signatures import SignatureSet
 from watchdog.core.model import Verdict
-from watchdog.core.signatures import SignatureSet
 from watchdog.engines.profile import EngineProfile
 from watchdog.remediation.plan import PlanError, make_plan
 from watchdog.remediation.settings import RemediationConfig

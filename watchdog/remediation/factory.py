@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from watchdog.config import ConfigError
-from watchdog.core.signatures import SignatureSet
-from watchdog.core.tick import EventSink
+from watchdog.core.knowledge.signatures import SignatureSet
+from watchdog.core.state.tick import EventSink
 from watchdog.remediation.collaborators import Evidence, RemediationMetrics
 from watchdog.remediation.settings import RemediationConfig
 

@@ -12,8 +12,8 @@ import dataclasses
 import logging
 from collections.abc import Callable, Hashable
 
-from watchdog.core.signatures import SignatureSet
-from watchdog.core.tick import Tick
+from watchdog.core.knowledge.signatures import SignatureSet
+from watchdog.core.state.tick import Tick
 from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import EngineProfile
 from watchdog.remediation.collaborators import Evidence, NoMetrics, RemediationMetrics

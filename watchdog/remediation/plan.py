@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from watchdog.core.knowledge.signatures import Fallback, SignatureSet
 from watchdog.core.model import Verdict
-from watchdog.core.signatures import Fallback, SignatureSet
 from watchdog.engines.profile import EngineProfile
 
 # Values written to an EnvironmentFile that a shell entrypoint may source (kubernetes shape):

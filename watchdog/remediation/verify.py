@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from watchdog.core.model import Observation, Verdict
-from watchdog.core.window import Progress
+from watchdog.core.state.window import Progress
 
 SMOKE_PROMPT = "Reply with one word: ok"
 UP_STATES = frozenset({"starting", "loading", "compiling", "idle", "serving", "crawling"})

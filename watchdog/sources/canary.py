@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from watchdog.core.model import CanaryResult
-from watchdog.core.tick import EventSink
+from watchdog.core.state.tick import EventSink
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 
 log = logging.getLogger("hang_watchdog.sources")

@@ -321,7 +321,7 @@ class ConnSource:
         return tuple(found)
 
     def _with_bytes(self, found: list[Connection], lports: list[int]) -> list[Connection]:
-        """Each socket's bytes received so far (tcp_info, core/leases.py reads the rate: a
+        """Each socket's bytes received so far (tcp_info, core/state/leases.py reads the rate: a
         download that trickles is a crawl, one that receives nothing a wedge)."""
         try:
             by_ports = self._received({c.port for c in found})

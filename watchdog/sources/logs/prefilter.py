@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from watchdog.core.literals import required_literals
+from watchdog.core.knowledge.literals import required_literals
 from watchdog.sources.logs.hsbuild import compile_apart
 from watchdog.sources.logs.split import line_spans
 

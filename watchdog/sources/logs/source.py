@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import BinaryIO, Protocol
 
+from watchdog.core.knowledge.opdefs import OpDef
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import OpDef, keep_with_ops
+from watchdog.core.state.openops import keep_with_ops
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
 from watchdog.sources.logs.parse import LogPatterns, clean_line, parse_line
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks, prefilter_for, tail_lines
@@ -233,7 +234,7 @@ class LogSource:
         self.skipped: dict[str, int] = {"dropped": 0, "lag": 0, "budget": 0}
         self.on_skip = on_skip
         self._readers = list(readers)
-        # Start and end lines of operations (core/openops.py, SignatureSet.ops) are kept too:
+        # Start and end lines of operations (core/state/openops.py, SignatureSet.ops) are kept too:
         # a stall that lasts inside one of them names its cause.
         self._keep = keep_with_ops(keep, ops)
         # The engine log formats (shipped plus operator `--engines` profiles) this source reads;

@@ -5,7 +5,7 @@ Hang reports and SGLang's own watchdog paste stacks into the log: py-spy text (w
 StackScanner finds them inside an ordinary log stream, with engine prefixes (`(Worker_TP1 pid=7)
 `, `[2025-01-01 12:00:00 TP0] `, `ERROR 01-12 02:58:31 [x.py:654] `) and with other processes'
 lines interleaved, and turns each dump into a `stack` LogEvent that carries it as a StackSample
-(`LogEvent.stack`), so the same signature stack rules apply to it (watchdog/core/logdumps.py
+(`LogEvent.stack`), so the same signature stack rules apply to it (watchdog/core/state/logdumps.py
 pairs the dumps of one process). Pure and bounded: every regex is anchored and linear, and an
 open dump holds at most `max_frames` frames per thread and `max_threads` threads.
 

@@ -1,7 +1,7 @@
 """A whole log already in memory (`replay FILE`), read in one pass: events, records, operations.
 
 The events are the live source's (the same prefilter, parser and stack scanner over one
-block); the record count and the operations the log ended inside (core/openops.py) come from
+block); the record count and the operations the log ended inside (core/state/openops.py) come from
 the same pass, without splitting most of the lines. `log_records` is the full read (every line
 split, cleaned and kept), the reference tests/test_replay_scan.py compares scan_bytes with.
 """
@@ -12,9 +12,10 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from watchdog.core.knowledge.opdefs import OpDef
+from watchdog.core.knowledge.signatures import SignatureSet
 from watchdog.core.model import LogEvent
-from watchdog.core.openops import OpDef, OpenOp, operations_in, trigger_patterns
-from watchdog.core.signatures import SignatureSet
+from watchdog.core.state.openops import OpenOp, operations_in, trigger_patterns
 from watchdog.sources.logs.parse import LogPatterns, clean_line
 from watchdog.sources.logs.prefilter import Prefilter, keys_of, spans_at
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks

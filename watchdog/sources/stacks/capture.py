@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from watchdog.core.capture import CaptureResult
 from watchdog.core.model import ProcInfo, StackSample, ThreadStack
+from watchdog.core.state.capture import CaptureResult
 from watchdog.sources.procenv import tracer_pid
 from watchdog.sources.stacks.parse import (
     FIX_INSTALL,

@@ -1,0 +1,388 @@
+"""The generic layer of knowledge: crashed, timed out, stalled, livelock, read from log lines alone.
+
+A generic class needs no signature: it says *that* something is wrong (with the line that shows
+it) where no specific signature says *why*. The classes are data (`[[generic]]` in
+signatures.toml, parsed by core/knowledge/genericparse.py); this module only evaluates them,
+pure (no clock, no I/O). A line that the server moved past (progress after it: a stats line with
+throughput, a step it ran, a startup milestone) is recovered from, not a verdict, so a handled
+CUDA OOM or a retried timeout stays quiet.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from watchdog.core.knowledge.genericmodel import GenericClass, GenericRule
+from watchdog.core.model import LogEvent
+from watchdog.core.state.events import Heartbeat, Milestone, StatsLine, progress_flags, typed
+from watchdog.core.state.openops import who_of
+
+
+@dataclass(frozen=True)
+class GenericFinding:
+    """One generic class a log shows, with its decisive line."""
+
+    cls: GenericClass
+    label: str
+    line: str
+    detail: str = ""
+
+
+_TS = re.compile(
+    r"(?:(?P<y>\d{4})-)?(?P<mo>\d{2})-(?P<d>\d{2})[ T](?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+)
+# A record's own prefix (level, date, time, logger, process tag) is not its content.
+_PREFIX = re.compile(
+    # journald: `MON DD HH:MM:SS host unit[pid]: `
+    r"^(?:\S+ +\d+ \d{2}:\d{2}:\d{2} \S+ [\w.-]+\[\d+\]: )?"
+    # vLLM's process tags, nested and with ranks: `(EngineCore_0 pid=7) (VllmWorker rank=0 pid=9) `
+    r"(?:\((?:[^()]|\([^()]*\))*\bpid=\d+[^()]*\)\s*)*"
+    r"(?:\[rank\d+\]:\s*)?"  # torchrun's per-rank `[rank0]: ` (pytorch/pytorch#132644)
+    r"(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
+    r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w.]+:\d+\]\s*)?|"
+    r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,\d]*\S*\s*(?:-?\s*[A-Z]+\s*-?\s*)?)?"
+)
+
+
+# TensorRT-LLM's logger: `[01/22/2026-08:52:42] [TRT-LLM] [E] ...` (tensorrt_llm/logger.py).
+_TS_SLASHED = re.compile(
+    r"(?P<mo>\d{2})/(?P<d>\d{2})/\d{4}-(?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+)
+
+
+def timestamp_s(line: str) -> float | None:
+    """Seconds of a log line's own timestamp (month and day approximate), or None."""
+    m = _TS.search(line[:80]) or _TS_SLASHED.search(line[:80])
+    if m is None:
+        return None
+    days = int(m["mo"]) * 31 + int(m["d"])
+    return ((days * 24 + int(m["h"])) * 60 + int(m["mi"])) * 60.0 + int(m["s"])
+
+
+def _pending_zero(ev: LogEvent) -> bool:
+    t = typed(ev)
+    return isinstance(t, StatsLine) and t.stalled
+
+
+def after_progress(events: Sequence[LogEvent]) -> list[LogEvent]:
+    """The events after the last sign of progress (core/state/events.py: serving or startup): only
+    these can show a failure now."""
+    flags = progress_flags(list(events))
+    last = max((i for i, moved in enumerate(flags) if moved), default=-1)
+    return list(events[last + 1 :])
+
+
+def _loading_beats(events: Sequence[LogEvent]) -> dict[str, float | None]:
+    """The content of each launcher heartbeat logged while loading (before any ready
+    milestone), with how often the launcher prints it: the launcher's liveness, judged by the
+    loading deadline, not a loop."""
+    out: dict[str, float | None] = {}
+    for ev in events:
+        t = typed(ev)
+        if isinstance(t, Milestone) and t.ready:
+            break
+        if isinstance(t, Heartbeat):
+            out[content(ev.line)] = t.every_s
+    return out
+
+
+def find_classes(
+    events: Sequence[LogEvent],
+    classes: Sequence[GenericClass],
+    tail: Sequence[str] = (),
+    load_deadline_s: float | None = None,
+) -> list[GenericFinding]:
+    """Each generic class the log shows (at most one finding per class), in the data's order.
+
+    `events` are the parsed events in log order; `tail` the log's last records, for the
+    classes that read every line (livelock); `load_deadline_s` how long a launcher may wait
+    for its shard while loading (Thresholds.load_deadline_s; None: heartbeats are not told
+    apart from other lines)."""
+    recent = after_progress(events)
+    flags = progress_flags(list(events))
+    moving = frozenset(content(e.line) for e, moved in zip(events, flags, strict=True) if moved)
+    beats = None if load_deadline_s is None else _Beats(_loading_beats(events), load_deadline_s)
+    found = []
+    for cls in classes:
+        for rule in cls.rules:
+            hit = _rule(rule, cls, recent, tail, moving, beats)
+            if hit is not None:
+                found.append(hit)
+                break
+    return found
+
+
+def _near_miss(cls: GenericClass, line: str) -> bool:
+    return any(p.search(line) for p in cls.unless)
+
+
+def _rule(
+    rule: GenericRule,
+    cls: GenericClass,
+    recent: list[LogEvent],
+    tail: Sequence[str],
+    moving: frozenset[str] = frozenset(),
+    beats: _Beats | None = None,
+) -> GenericFinding | None:
+    if rule.kind == "line" and rule.pattern is not None:
+        for ev in recent:
+            if ev.kind != "stats" and rule.pattern.search(ev.line) and not _near_miss(cls, ev.line):
+                return GenericFinding(cls, rule.label, ev.line)
+        return None
+    if rule.kind == "traceback_end":
+        return _traceback_end(rule, cls, recent, tail, moving)
+    if rule.kind == "repeat" and rule.pattern is not None:
+        hits = [e.line for e in _since_reset(rule, recent) if rule.pattern.search(e.line)]
+        hits = [h for h in hits if not _near_miss(cls, h)]
+        if len(hits) >= rule.count:
+            return GenericFinding(cls, rule.label, hits[-1], f"{len(hits)} times, no progress")
+        return None
+    if rule.kind == "stats_stall":
+        return _stats_stall(rule, cls, recent)
+    if rule.kind == "same_lines":
+        return _same_lines(rule, cls, tail, beats)
+    return None
+
+
+def _since_reset(rule: GenericRule, recent: list[LogEvent]) -> list[LogEvent]:
+    """The events after the last line matching the rule's `reset` (all without one)."""
+    if rule.reset is None:
+        return recent
+    last = max((i for i, e in enumerate(recent) if rule.reset.search(e.line)), default=-1)
+    return recent[last + 1 :]
+
+
+@dataclass(frozen=True)
+class _Beats:
+    """A launcher's heartbeats while loading, and the deadline they are judged by."""
+
+    lines: dict[str, float | None]  # content -> the launcher's period (None: not known)
+    deadline_s: float
+
+    def loading(self, cycle: Sequence[str], span_s: float | None, rounds: int) -> bool:
+        """Is a repeating cycle a launcher's heartbeat within the loading deadline? Without
+        timestamps (a collector stripped them) the span is the rounds times the period."""
+        if not self.lines or not all(c in self.lines for c in cycle):
+            return False
+        if span_s is None:
+            every = max((self.lines[c] or 0.0) for c in cycle)
+            span_s = rounds * every if every else None
+        return span_s is None or span_s < self.deadline_s
+
+
+# `, in NAME` (or `, line N`) may be wrapped onto the next line by a terminal
+# (vllm-project/vllm#24430, #20226).
+_FRAME = re.compile(r'^\s*File "[^"]+"(?:, line \d*|\s*$)')
+# A frame line cut inside its path (a log line limit, a paste): still where the traceback ends.
+_CUT_FRAME = re.compile(r'^\s*File "[^"]*$')
+_FRAME_FN = re.compile(r'^\s*File "[^"]+", line \d+, in (?P<fn>[\w<>.]+)\s*$')
+_EXC = re.compile(
+    r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt|Exit)\b(?::|$)"
+)
+# Python 3.11+ marks the failing expression under each frame's code line (`    ^^^^^`, `~~~^~~`).
+_CARETS = re.compile(r"^[\s^~]+$")
+# A traceback's header logged below ERROR is an error the code handled and logged for the
+# record (TensorRT-LLM's `[TRT-LLM] [V] Error details: ... Traceback`), not the end of a process.
+_HANDLED = re.compile(
+    r"(?:\[[VDIW]\]|\b(?:DEBUG|INFO|WARNING|WARN|VERBOSE)\b).*Traceback \(most recent call last\)"
+)
+_AFTER_FRAME = 3  # lines a traceback prints after its last frame: code, exception, one more
+_AFTER_FRAME_EXC = 6  # with an exception line among them (two processes' ends interleaved)
+
+
+def _traceback_end(
+    rule: GenericRule,
+    cls: GenericClass,
+    recent: list[LogEvent],
+    tail: Sequence[str],
+    moving: frozenset[str],
+) -> GenericFinding | None:
+    """A Python traceback that ends the log with its exception line (its header may be cut,
+    as when a poster or a log rotation dropped `Traceback (most recent call last):`)."""
+    lines = [content(t) for t in tail if t.strip()]
+    body = [b for b in lines if not _CARETS.match(b)][-max(rule.count, 3) - 8 :]
+    if _survived(tail, cls.survived):
+        return None
+    dumps = [e for e in recent if e.kind == "stack" and e.fields.get("format") == "traceback"]
+    for ev in reversed(dumps):
+        error = str(ev.fields.get("exception") or "")
+        # A dump's event may be emitted after lines that followed it; with the log's tail at
+        # hand, the exception must be among its last lines (nothing moved on after it).
+        if error and not _near_miss(cls, error) and (not tail or _ends(error, body, moving)):
+            return GenericFinding(cls, rule.label, error, "a traceback after the last progress")
+    frames = [i for i, b in enumerate(body) if _FRAME.match(b) or _CUT_FRAME.match(b)]
+    headed = bool(frames) and any(
+        b.endswith("Traceback (most recent call last):") for b in body[: frames[0]]
+    )
+    if any(_near_miss(cls, b) for b in body) or _handled(tail):
+        return None
+    if not frames:
+        return _bare_exception(rule, cls, tail, moving)
+    if len(frames) < (1 if headed else 2):
+        return None
+    after = body[frames[-1] + 1 :]
+    exc = next((b for b in reversed(after) if _EXC.match(b)), None)
+    if len(after) > (_AFTER_FRAME_EXC if exc else _AFTER_FRAME):
+        return None  # the log does not end inside a traceback
+    if any(a in moving for a in after):
+        return None  # the server made progress after it
+    if _innermost_first(body):
+        return None
+    if exc is not None:
+        return GenericFinding(cls, rule.label, exc, "the log ends with a traceback's exception")
+    return GenericFinding(
+        cls, rule.label, body[frames[-1]], "the log ends inside a traceback (its end is cut)"
+    )
+
+
+def _bare_exception(
+    rule: GenericRule, cls: GenericClass, tail: Sequence[str], moving: frozenset[str]
+) -> GenericFinding | None:
+    """The log ends with an exception line whose frames it lost (a paste of the error alone).
+    Python's excepthook prints an uncaught exception's `Name(Error|Exception): message` at the
+    start of a line, with no logger prefix, and the message may run on over a few lines; an
+    exception line a logger wrote (`ERROR ... [file.py:N] RuntimeError: ...`) may be one the
+    code handled, and is only read with its frames."""
+    raw = [t.strip() for t in tail if t.strip()][-_AFTER_FRAME:]
+    for i, line in enumerate(raw):
+        if _EXC.match(line) and not line.endswith(("Error", "Exception")):
+            if any(content(later) in moving for later in raw[i + 1 :]):
+                return None  # the server made progress after it
+            return GenericFinding(cls, rule.label, line, "the log ends with an exception line")
+    return None
+
+
+def _handled(tail: Sequence[str]) -> bool:
+    """Was the last traceback header in the tail logged below ERROR?"""
+    for t in reversed(tail):
+        if "Traceback (most recent call last)" in t:
+            return bool(_HANDLED.search(t))
+    return False
+
+
+def _survived(tail: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
+    """Was the last traceback in the tail logged by a handler the server carries on after? Its
+    header line (a logger that prefixes every line tags it with the logging file) or the record
+    just before it (the message `logger.exception` wrote) matches one of `survived`."""
+    if not survived:
+        return False
+    lines = [t for t in tail if t.strip()]
+    for i in range(len(lines) - 1, -1, -1):
+        if "Traceback (most recent call last)" in lines[i]:
+            around = (lines[i], lines[i - 1] if i else "")
+            return any(p.search(line) for p in survived for line in around)
+    return False
+
+
+def _innermost_first(body: list[str]) -> bool:
+    """Are these frames a stack dump (py-spy, faulthandler: innermost frame first) rather than a
+    traceback (outermost first)? In a traceback each frame's code line calls the next frame's
+    function; in a dump the next frame's code line calls this one's."""
+    frames = [
+        (i, m["fn"].rsplit(".", 1)[-1]) for i, b in enumerate(body) if (m := _FRAME_FN.match(b))
+    ]
+
+    def code(i: int) -> str:
+        return body[i + 1] if i + 1 < len(body) and not _FRAME.match(body[i + 1]) else ""
+
+    forward = backward = 0
+    for (i, fn), (j, nxt) in zip(frames, frames[1:], strict=False):
+        forward += f"{nxt}(" in code(i)
+        backward += f"{fn}(" in code(j)
+    return backward > forward
+
+
+def _ends(error: str, body: list[str], moving: frozenset[str]) -> bool:
+    """Is `error` among the log's last lines with no progress line after it?"""
+    if error not in body:
+        return False
+    return not any(b in moving for b in body[body.index(error) + 1 :])
+
+
+def _stats_stall(
+    rule: GenericRule, cls: GenericClass, recent: list[LogEvent]
+) -> GenericFinding | None:
+    """The last stats lines all pending with zero throughput, over `min_s` of their own time."""
+    stats = [e for e in recent if e.kind == "stats"]
+    run: list[LogEvent] = []
+    for ev in reversed(stats):
+        if not _pending_zero(ev):
+            break
+        run.append(ev)
+    if len(run) < max(rule.count, 1):
+        return None
+    first, last = timestamp_s(run[-1].line), timestamp_s(run[0].line)
+    span = last - first if first is not None and last is not None else None
+    if span is not None and span < rule.min_s:
+        return None
+    newest = typed(run[0])
+    pending = newest.pending if isinstance(newest, StatsLine) else 0.0
+    over = f" over {span:.0f} s" if span is not None else ""
+    detail = f"{len(run)} stats lines{over} with {pending:.0f} request(s) pending, zero throughput"
+    return GenericFinding(cls, rule.label, run[0].line, detail)
+
+
+def content(line: str) -> str:
+    """A record without its timestamp and logger prefix: what repeats when nothing changes."""
+    return _PREFIX.sub("", line.strip(), count=1).strip()
+
+
+def _same_lines(
+    rule: GenericRule, cls: GenericClass, tail: Sequence[str], beats: _Beats | None = None
+) -> GenericFinding | None:
+    """The log ends with the same one to three lines over and over (`count` rounds at least);
+    a launcher's heartbeat while loading is loading, until the loading deadline."""
+    lines = [t.strip() for t in tail if t.strip()]
+    body = [content(t) for t in lines]
+    for period in (1, 2, 3):
+        need = period * max(rule.count, 2)
+        if len(body) < need:
+            continue
+        cycle = body[-period:]
+        rounds = 0
+        for i in range(len(body) - period, -1, -period):
+            if body[i : i + period] != cycle:
+                break
+            rounds += 1
+        if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
+            if _one_per_process(lines[-rounds * period :], rule.count):
+                return None  # each rank said it once: a broadcast, not a loop
+            first, last = timestamp_s(lines[-rounds * period]), timestamp_s(lines[-1])
+            span = last - first if first is not None and last is not None else None
+            if span is not None and span < rule.min_s:
+                return None  # a burst within seconds, not a loop
+            if beats is not None and beats.loading(cycle, span, rounds):
+                return None
+            line = tail[-1].strip()
+            return GenericFinding(cls, rule.label, line, f"{rounds} times in a row at the end")
+    return None
+
+
+def _one_per_process(run: Sequence[str], count: int) -> bool:
+    """Do the repeated lines come from different processes, none of which repeats `count`
+    times? Eight ranks logging the same line once each (vLLM's `(Worker pid=N)`, SGLang's `TP3`,
+    torch's `[rank3]:` tags) is one event seen eight times; a loop is one process going round."""
+    who = [who_of(line) for line in run]
+    if not all(who):
+        return False
+    return max(collections.Counter(who).values()) < count
+
+
+@dataclass(frozen=True)
+class ClassVerdict:
+    """What the generic layer concludes: the class shown first (data order), the state, all."""
+
+    primary: GenericFinding
+    state: str
+    findings: tuple[GenericFinding, ...]
+
+
+def class_verdict(findings: Sequence[GenericFinding]) -> ClassVerdict | None:
+    """The first class found is the verdict; a crash anywhere makes the state `dead`."""
+    if not findings:
+        return None
+    dead = any(f.cls.state == "dead" for f in findings)
+    return ClassVerdict(findings[0], "dead" if dead else findings[0].cls.state, tuple(findings))
