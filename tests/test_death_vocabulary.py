@@ -6,6 +6,7 @@ a process or request loop dying, read from their source and cited there. Here:
 - each `death` line, written after a healthy line of its engine, is read with its signature or
   generic class, and the root cause names the loop it came from where the loop table knows it;
 - each `quiet` line (printed on a clean shutdown too) and `left_out` line reads as nothing;
+- the live watch reads the same lines the same way;
 - each alternative of the death patterns (engine_dead, engine_worker_failed,
   sglang_scheduler_crashed, the `crashed` class's engine rules, the root-cause loop table) is
   matched by some line of the table: a pattern nobody can show a source line for fails here."""
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import tomllib
 
-from tests.test_rootcause_deaths import replay
+from tests.test_rootcause_deaths import live, replay
 from watchdog.core.judge.rootcause import _LOOP, _loop_name
 from watchdog.core.knowledge.signatures import load_signatures
 
@@ -64,6 +65,21 @@ def test_each_death_line_reads_as_its_signature_or_class(entry: dict[str, str]) 
 def test_a_line_printed_on_a_clean_shutdown_too_reads_as_nothing(entry: dict[str, str]) -> None:
     names, cls, _, cause = replay(case(entry))
     assert (names, cls, cause) == ((), None, None)
+
+
+# The live watch reads the same lines: a death leaves the server dead or hung (a crash signature
+# while the process is still alive), a clean-shutdown line leaves it as it was.
+FAILED = ("dead", "hung")
+
+
+@pytest.mark.parametrize("entry", DEATHS, ids=map(_id, DEATHS))
+def test_the_live_watch_reads_each_death_line_as_a_failure(entry: dict[str, str]) -> None:
+    assert live(case(entry)).split("|")[0] in FAILED
+
+
+@pytest.mark.parametrize("entry", QUIET, ids=map(_id, QUIET))
+def test_the_live_watch_leaves_a_clean_shutdown_line_alone(entry: dict[str, str]) -> None:
+    assert live(case(entry)).split("|")[0] not in FAILED
 
 
 def test_every_entry_cites_its_source_and_versions() -> None:
