@@ -385,7 +385,8 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
 # and ray_executor_v2.py `RayWorkerProc failed: %s`; SGLang's other loops (`X hit an
 # exception`, srt/managers/*.py); TensorRT-LLM executor/worker.py worker_main `Failed to
 # initialize executor on rank N: {e}` and pyexecutor/hang_detector.py `Executor loop crashed on
-# this rank`; Dynamo's SGLang health monitor `SGLang engine unresponsive after N attempts`.
+# this rank`; Dynamo's SGLang health monitor `SGLang engine unresponsive after N attempts` and
+# TensorRT-LLM monitor `TRT-LLM engine is unhealthy: ERR` (components/src/dynamo/*/).
 # A `said` group is the exception the loop's own line carries.
 _LOOP = (
     (
@@ -431,6 +432,10 @@ _LOOP = (
     (
         re.compile(r"SGLang engine unresponsive after \d+ attempts"),
         "the SGLang engine under Dynamo (its health monitor)",
+    ),
+    (
+        re.compile(r"TRT-LLM engine is unhealthy: (?P<said>.+)"),
+        "the TensorRT-LLM engine under Dynamo (its engine monitor)",
     ),
     (
         re.compile(r"prefill queue handler failed: (?P<said>.+)"),
