@@ -156,9 +156,6 @@ def test_the_death_patterns_are_all_shipped_and_found() -> None:
 OUTSIDE_THE_SWEEP = {
     "UNAVAILABLE: Internal: ",  # Triton's model table (triton-inference-server)
     "RuntimeError: Engine",  # vLLM's start-up errors, each read by a line of its own here
-    "Engine process failed to start",  # vLLM 0.6 V0 engine/multiprocessing/client.py
-    "Dumping scheduler output for model execution",  # vLLM logging_utils/dump_input.py
-    "No available memory for the cache blocks",  # vLLM V0 worker/worker.py
     "Exception in thread (?P<n>[^\\s:]+(?: \\(\\w+\\))?):",  # CPython threading: left_out
 }
 
