@@ -378,6 +378,15 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
 #   queue handler failed: {e!r}` (examples/llm/components/prefill_worker.py, v0.1-v0.2), the
 #   engine monitor with `vLLM AsyncLLM health check failed: {e}`
 #   (components/src/dynamo/vllm/engine_monitor.py).
+# The rest from the sweep of each engine's source (tests/data/deaths.toml cites each line):
+# vLLM V0 vllm/engine/async_llm_engine.py@v0.7.3 `Engine background task failed`, 0.7 V1
+# vllm/v1/engine/async_llm.py@v0.7.3 `EngineCore output handler hit an error`, 0.32
+# vllm/v1/executor/multiproc_executor.py `WorkerProc hit an exception.` / `WorkerProc failed.`
+# and ray_executor_v2.py `RayWorkerProc failed: %s`; SGLang's other loops (`X hit an
+# exception`, srt/managers/*.py); TensorRT-LLM executor/worker.py worker_main `Failed to
+# initialize executor on rank N: {e}` and pyexecutor/hang_detector.py `Executor loop crashed on
+# this rank`; Dynamo's SGLang health monitor `SGLang engine unresponsive after N attempts` and
+# TensorRT-LLM monitor `TRT-LLM engine is unhealthy: ERR` (components/src/dynamo/*/).
 # A `said` group is the exception the loop's own line carries.
 _LOOP = (
     (
@@ -399,6 +408,35 @@ _LOOP = (
         "vLLM's API-server output handler (the engine core is gone)",
     ),
     (re.compile(r"Scheduler hit an exception"), "SGLang's scheduler loop"),
+    (re.compile(r"DetokenizerManager hit an exception"), "SGLang's detokenizer loop"),
+    (re.compile(r"TokenizerManager hit an exception"), "SGLang's tokenizer manager loop"),
+    (re.compile(r"DataParallelController hit an exception"), "SGLang's data-parallel controller"),
+    (re.compile(r"TpModelWorkerClient hit an exception"), "SGLang's overlap worker thread"),
+    (re.compile(r"Engine background task failed"), "vLLM V0's engine loop (AsyncLLMEngine)"),
+    (
+        re.compile(r"EngineCore output handler hit an error: (?P<said>.+)"),
+        "vLLM's API-server output handler (the engine core is gone)",
+    ),
+    (
+        re.compile(r"RayWorkerProc failed: (?P<said>.+)|WorkerProc (?:hit an exception|failed\.)"),
+        "a vLLM worker process",
+    ),
+    (
+        re.compile(r"Failed to initialize executor on rank (?P<r>\d+): (?P<said>.+)"),
+        "TensorRT-LLM's executor on rank {r} (at start-up)",
+    ),
+    (
+        re.compile(r"Executor loop crashed on this rank"),
+        "TensorRT-LLM's executor loop (PyExecutor event loop)",
+    ),
+    (
+        re.compile(r"SGLang engine unresponsive after \d+ attempts"),
+        "the SGLang engine under Dynamo (its health monitor)",
+    ),
+    (
+        re.compile(r"TRT-LLM engine is unhealthy: (?P<said>.+)"),
+        "the TensorRT-LLM engine under Dynamo (its engine monitor)",
+    ),
     (
         re.compile(r"prefill queue handler failed: (?P<said>.+)"),
         "Dynamo's prefill worker (its prefill-queue handler)",
