@@ -161,6 +161,21 @@ def test_an_rdma_completion_error_under_a_kv_crash_is_the_crash_with_rdma_as_cau
     assert cause.summary.startswith("RDMA (rdma-core's mlx5 provider")
 
 
+# NIXL's UCX backend (ai-dynamo/nixl src/plugins/ucx/ucx_utils.cpp sendAmCallback) under an
+# SGLang decode instance that then gives up on the transfer (srt/disaggregation/decode.py).
+KV_TIMEOUT = """\
+[2026-03-01 10:00:00 TP0] Decode batch. #running-req: 8, #token: 9000, token usage: 0.10, gen throughput (token/s): 1000.00, #queue-req: 0
+E0301 10:00:02.000000 4242 ucx_utils.cpp:212] UCX AM send failed with status -80 (Endpoint timeout)
+[2026-03-01 10:05:00 TP0] Decode request abc failed: fail to receive KV Cache transfer done signal
+"""
+
+
+def test_a_kv_transfer_error_before_a_timeout_is_the_timeout_with_the_transport_as_cause() -> None:
+    names, cls, cause = replay(KV_TIMEOUT)
+    assert names == () and cls == "timed_out"
+    assert cause is not None and cause.summary == "NIXL's UCX backend: Endpoint timeout"
+
+
 # vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py _log_failure: one transfer
 # failed; kv_load_failure_policy recomputes or fails that request and the engine serves on.
 NIXL_SURVIVED = """\
@@ -212,6 +227,11 @@ def test_transport_trouble_the_server_goes_on_through_stays_quiet(text: str) -> 
             "UCX (mlx5): Transport retry count exceeded",
         ),
         ("nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND", "NIXL: NIXL_ERR_BACKEND"),
+        # ai-dynamo/nixl src/plugins/ucx/ucx_utils.cpp sendAmCallback, through absl's LOG(ERROR).
+        (
+            "E0301 10:00:02.000000 4242 ucx_utils.cpp:212] UCX AM send failed with status -80 (Endpoint timeout)",
+            "NIXL's UCX backend: Endpoint timeout",
+        ),
         (
             "/opt/nvshmem/src/modules/transport/ibdevx/ibdevx.cpp:968: Got ibdevx completion with error. hws: 0 ves: 81, syn: 15",
             "NVSHMEM's IB transport: Got ibdevx completion with error",

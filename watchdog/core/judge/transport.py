@@ -93,6 +93,12 @@ _UCX_ERR = re.compile(
 # ucx_status_to_nixl maps UCX's not-connected, connection-reset and endpoint-timeout to
 # NIXL_ERR_REMOTE_DISCONNECT.
 _NIXL = re.compile(r"\b(?P<what>NIXL_ERR_[A-Z_]+)\b")
+# NIXL's UCX backend in its own log (absl LOG(ERROR), `E0301 10:00:02.000000 PID file.cpp:N]`):
+# src/plugins/ucx/ucx_utils.cpp (2026-08) sendAmCallback `UCX AM send failed with status %d
+# (%s)` (ucs_status_string) and the worker's connect `UCX endpoint create failed: %s`.
+_NIXL_UCX = re.compile(
+    r"UCX AM send failed with status -?\d+ \((?P<what>[^)]+)\)|UCX endpoint create failed: (?P<ep>.+)"
+)
 # NVIDIA/nvshmem src/modules/transport/ibrc/ibrc.cpp progress_send: `ibv_poll_cq failed, status:
 # %d` through NVSHMEMI_NZ_ERROR_JMP (`file:line: non-zero status: N ...`);
 # src/modules/transport/ibdevx/ibdevx.cpp `Got ibdevx completion with error. hws: ... syn: %x`.
@@ -136,6 +142,9 @@ def _kv(line: str) -> TransportFailure | None:
     if m := _UCX_ERR.search(line):
         on = f" on {m['tl']}" if m["tl"] else ""
         return TransportFailure(f"UCX: {m['what']}{on}", _KV_FIX)
+    if m := _NIXL_UCX.search(line):
+        what = m["what"] or f"endpoint create failed: {m['ep'].strip()[:120]}"
+        return TransportFailure(f"NIXL's UCX backend: {what}", _KV_FIX)
     if m := _NIXL.search(line):
         return TransportFailure(f"NIXL: {m['what']}", _KV_FIX)
     if m := _WC_TEXT.search(line):
