@@ -97,7 +97,8 @@ _NIXL = re.compile(r"\b(?P<what>NIXL_ERR_[A-Z_]+)\b")
 # src/plugins/ucx/ucx_utils.cpp (2026-08) sendAmCallback `UCX AM send failed with status %d
 # (%s)` (ucs_status_string) and the worker's connect `UCX endpoint create failed: %s`.
 _NIXL_UCX = re.compile(
-    r"UCX AM send failed with status -?\d+ \((?P<what>[^)]+)\)|UCX endpoint create failed: (?P<ep>.+)"
+    r"UCX AM send failed with status -?\d+ \((?P<what>[^)]+)\)"
+    r"|UCX endpoint create failed: (?P<ep>.+)"
 )
 # NVIDIA/nvshmem src/modules/transport/ibrc/ibrc.cpp progress_send: `ibv_poll_cq failed, status:
 # %d` through NVSHMEMI_NZ_ERROR_JMP (`file:line: non-zero status: N ...`);
