@@ -73,6 +73,24 @@ def test_an_nccl_ib_completion_error_names_the_peer_device_and_status() -> None:
     assert "transport retry counter exceeded" in cause.summary and "vendor err 129" in cause.summary
 
 
+# NCCL src/misc/ibvwrap.cc while net_ib.cc connects a queue pair during communicator init, then
+# torch c10d's NCCLUtils error.
+NCCL_QP_CONNECT = """\
+node-1:100:200 [0] NCCL INFO comm 0x55 rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 commId 0xabc - Init START
+node-1:100:200 [0] misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed with error Invalid argument
+node-1:100:200 [0] NCCL INFO transport/net_ib.cc:1034 -> 2
+torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5
+"""
+
+
+def test_an_nccl_queue_pair_that_cannot_connect_at_init_names_the_call_under_setup() -> None:
+    names, _, cause = replay(NCCL_QP_CONNECT)
+    assert names[0] == "collective_setup_failed"
+    assert cause is not None and cause.kind == "transport"
+    assert cause.summary.endswith("ibv_modify_qp failed: Invalid argument")
+    assert "NCCL_IB_GID_INDEX" in cause.fix
+
+
 # NVIDIA/nvshmem src/modules/transport/ibrc/ibrc.cpp progress_send, through NVSHMEMI_NZ_ERROR_JMP.
 NVSHMEM_RUNTIME = """\
 [2026-03-01 10:00:00 DP0 TP0 EP0] Decode batch. #running-req: 8, #token: 9000, token usage: 0.10, gen throughput (token/s): 1000.00, #queue-req: 0
@@ -227,6 +245,11 @@ def test_transport_trouble_the_server_goes_on_through_stays_quiet(text: str) -> 
             "UCX (mlx5): Transport retry count exceeded",
         ),
         ("nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND", "NIXL: NIXL_ERR_BACKEND"),
+        # NCCL src/misc/ibvwrap.cc, from ncclIbRtrQp while connecting to a peer.
+        (
+            "node-1:100:200 [0] misc/ibvwrap.cc:284 NCCL WARN Call to ibv_modify_qp failed with error Invalid argument",
+            "NCCL's IB transport could not connect a queue pair: ibv_modify_qp failed: Invalid argument",
+        ),
         # ai-dynamo/nixl src/plugins/ucx/ucx_utils.cpp sendAmCallback, through absl's LOG(ERROR).
         (
             "E0301 10:00:02.000000 4242 ucx_utils.cpp:212] UCX AM send failed with status -80 (Endpoint timeout)",

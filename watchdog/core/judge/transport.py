@@ -30,6 +30,10 @@ _FABRIC_FIX = (
     "is healthy. Retry-exceeded and RNR errors are lost packets or a peer that stopped "
     "answering; protection and access errors are memory registered wrongly or freed early."
 )
+_CONNECT_FIX = (
+    " A queue pair that cannot connect is configuration more often than a link: check "
+    "NCCL_IB_GID_INDEX (show_gids), NCCL_IB_HCA and that the two NICs share a subnet."
+)
 _KV_FIX = (
     "The KV-transfer layer lost its peer (the other prefill or decode instance died, restarted "
     "or is unreachable). Check the peer instance and its NIXL/UCX agent, the network between "
@@ -44,6 +48,11 @@ _NCCL_IB = re.compile(
     r"NET/IB ?: Got completion from peer (?P<peer>\S+) with (?:error |status=)(?P<st>\d+)"
     r"(?:.*?vendor err (?P<vend>\d+))?(?:.*?hca (?P<hca>\S+))?"
 )
+# NVIDIA/nccl src/misc/ibvwrap.cc wrap_ibv_modify_qp (and its siblings): `Call to ibv_modify_qp
+# failed with error %s` (strerror; `errno %d` since 2.19), from ncclIbRtrQp / ncclIbRtsQp while
+# NCCL's IB transport connects a queue pair to a peer (src/transport/net_ib.cc ncclIbConnect /
+# ncclIbAccept): a GID index, HCA, MTU or subnet that does not match between the two nodes.
+_NCCL_IBV_CALL = re.compile(r"Call to (?P<call>ibv_\w+) failed with error (?P<err>[^,]+?)\s*$")
 # libibverbs/verbs.c ibv_wc_status_str for the statuses (enum ibv_wc_status order).
 _WC_STATUS = {
     "1": "local length error",
@@ -110,6 +119,11 @@ _NVSHMEM_RT = re.compile(
 
 
 def _nccl_ib(line: str) -> TransportFailure | None:
+    if c := _NCCL_IBV_CALL.search(line):
+        return TransportFailure(
+            f"NCCL's IB transport could not connect a queue pair: {c['call']} failed: {c['err']}",
+            _FABRIC_FIX + _CONNECT_FIX,
+        )
     m = _NCCL_IB.search(line)
     if m is None:
         return None
