@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.obsbuilder import Timeline, events, procs
+from tests.obsbuilder import Timeline, events, final, frozen_bar, gpu, procs
 from tests.shipped import PATTERNS
 from watchdog.commands.replayclass import log_classes
 from watchdog.commands.replaylog import read_log
@@ -340,6 +340,24 @@ def test_a_rank_waiting_on_a_jit_build_lock_names_jit_compile_stuck(
     frames: list[tuple[str, str]],
 ) -> None:
     assert replay(pyspy(frames))[0] == ("jit_compile_stuck",)
+
+
+def _live_stall_with(frames: list[tuple[str, str]]) -> tuple[str, str | None]:
+    """A stalled server (a frozen bar) whose py-spy dumps show `frames`, unchanged."""
+    stack = tuple(Frame(n, w.rsplit(":", 1)[0], int(w.rsplit(":", 1)[1])) for n, w in frames)
+    sample = StackSample(4242, "t", (ThreadStack(1, "MainThread", stack, unchanged=True),))
+    tl = Timeline(gpus=(gpu(0.0, 0.0),))
+    frozen_bar(tl, 40, stacks=(sample,))
+    v = final(tl.obs, SIGS)
+    return v.state, v.signature
+
+
+def test_live_a_stall_with_a_rank_on_a_jit_build_lock_names_jit_compile_stuck() -> None:
+    assert _live_stall_with(BATON) == ("hung", "jit_compile_stuck")
+    assert _live_stall_with(TVM_FFI) == ("hung", "jit_compile_stuck")
+    assert _live_stall_with([BATON[0], ("stage_files", "/app/sweep/stage.py:30")])[1] != (
+        "jit_compile_stuck"
+    )
 
 
 def test_a_file_baton_outside_a_jit_load_is_not_a_jit_build() -> None:
