@@ -176,7 +176,15 @@ def test_an_rdma_completion_error_under_a_kv_crash_is_the_crash_with_rdma_as_cau
     names, cls, cause = replay(MOONCAKE)
     assert names == () and cls == "crashed"
     assert cause is not None and cause.kind == "transport"
-    assert cause.summary.startswith("RDMA (rdma-core's mlx5 provider")
+    assert cause.summary == (
+        "RDMA (libibverbs): a work completion failed: transport retry counter exceeded "
+        "(rdma-core's mlx5 provider dumped the CQE)"
+    )
+    assert cause.line == "got completion with error:"  # the first line of the failure
+    # The dump alone still names RDMA.
+    alone = MOONCAKE.split("E0301")[0] + "RuntimeError: KV transfer failed\n"
+    got = replay("Traceback (most recent call last):\n" + alone)[2]
+    assert got is not None and got.summary.startswith("RDMA (rdma-core's mlx5 provider")
 
 
 # NIXL's UCX backend (ai-dynamo/nixl src/plugins/ucx/ucx_utils.cpp sendAmCallback) under an

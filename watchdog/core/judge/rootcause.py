@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from watchdog.core.judge.fatalsignal import SIGNAL_FIX, signal_reading
 from watchdog.core.judge.generic import after_progress
-from watchdog.core.judge.transport import transport_reading
+from watchdog.core.judge.transport import transport_reading_at
 from watchdog.core.model import LogEvent
 
 
@@ -471,7 +471,7 @@ def root_cause(lines: Sequence[str]) -> Cause | None:
         specific = (
             toolchain_cause(line)
             or setup_cause(lines, i)
-            or _transport(line)
+            or _transport(lines, i)
             or cuda_cause(line)
             or _signal(lines, i)
         )
@@ -501,10 +501,10 @@ def _signal(lines: Sequence[str], i: int) -> Cause | None:
     return None if got is None else Cause("signal", got.summary, SIGNAL_FIX, got.line)
 
 
-def _transport(line: str) -> Cause | None:
+def _transport(lines: Sequence[str], i: int) -> Cause | None:
     """A transport's own error line (core/judge/transport.py): which transport, what failed."""
-    got = transport_reading(line)
-    return None if got is None else Cause("transport", got.summary, got.fix, line)
+    got = transport_reading_at(lines, i)
+    return None if got is None else Cause("transport", got.summary, got.fix, lines[i])
 
 
 def _in_loop(name: str, cause: Cause) -> Cause:

@@ -12,6 +12,7 @@ cause. Pure: a line in, a reading out.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -172,3 +173,23 @@ def _kv(line: str) -> TransportFailure | None:
 def transport_reading(line: str) -> TransportFailure | None:
     """The transport failure `line` reports, or None."""
     return _nccl_ib(line) or _verbs(line) or _kv(line)
+
+
+# How far below rdma-core's CQE dump (four lines of hex words) the verbs user's own report of
+# the failed completion may come.
+_CQE_REPORT_WITHIN = 8
+
+
+def transport_reading_at(lines: Sequence[str], i: int) -> TransportFailure | None:
+    """The transport failure line `i` reports; rdma-core's error-CQE dump says no status, so
+    the verbs user's own report just below it (NCCL's, Mooncake's status text) names it."""
+    got = transport_reading(lines[i])
+    if got is None or _MLX5_CQE.search(lines[i]) is None:
+        return got
+    for below in lines[i + 1 : i + 1 + _CQE_REPORT_WITHIN]:
+        told = transport_reading(below)
+        if told is not None and _MLX5_CQE.search(below) is None:
+            return TransportFailure(
+                f"{told.summary} (rdma-core's mlx5 provider dumped the CQE)", told.fix
+            )
+    return got
