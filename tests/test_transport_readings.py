@@ -135,6 +135,7 @@ def test_an_nvshmem_transport_that_cannot_connect_is_a_crash_with_setup_at_init(
     assert names == () and cls == "crashed"
     assert cause is not None and cause.kind == "collective_setup" and cause.stage == "init"
     assert "NVSHMEM could not connect" in cause.summary
+    assert live(text).startswith("dead|crashed") and "(stage: init)" in live(text)
 
 
 # A vLLM decode worker whose NIXL read raises out of get_finished (the worker dies, the engine
@@ -155,6 +156,7 @@ def test_a_kv_transfer_error_that_kills_the_engine_names_the_transport() -> None
     assert cause is not None and cause.kind == "transport"
     assert cause.summary == "UCX: Endpoint timeout on rc_mlx5/mlx5_0:1"
     assert "kv_load_failure_policy" in cause.fix
+    assert live(KV_DEATH).endswith("root cause: UCX: Endpoint timeout on rc_mlx5/mlx5_0:1")
 
 
 # SGLang's Mooncake transfer engine: rdma-core providers/mlx5/cq.c dumps the error CQE, the
@@ -233,6 +235,7 @@ node-1:100:100 [0] NCCL INFO comm 0x5581 rank 0 nranks 2 cudaDev 0 nvmlDev 0 bus
 )
 def test_transport_trouble_the_server_goes_on_through_stays_quiet(text: str) -> None:
     assert replay(text) == ((), None, None)
+    assert live(text).split("|")[0] not in ("hung", "dead", "stalled")
 
 
 @pytest.mark.parametrize(
