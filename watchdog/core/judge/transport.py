@@ -98,10 +98,10 @@ _UCX_ERR = re.compile(
     r"unreachable|Endpoint is not connected|Operation rejected by remote peer|Input/output error)"
     r"(?:.*? on (?P<tl>\w+/\w+:\d+))?"
 )
-# ai-dynamo/nixl src/api/cpp/nixl_types.h nixl_status_t names, raised by the Python binding as
-# `nixl<Name>Error: NIXL_ERR_*` (src/bindings/python); src/utils/ucx/ucx_utils.cpp
-# ucx_status_to_nixl maps UCX's not-connected, connection-reset and endpoint-timeout to
-# NIXL_ERR_REMOTE_DISCONNECT.
+# ai-dynamo/nixl (2026-08) src/api/cpp/nixl_types.h nixl_status_t names, raised by the Python
+# binding as `nixl<Name>Error: NIXL_ERR_*` (src/bindings/python/nixl_bindings.cpp);
+# src/plugins/ucx/ucx_enums.cpp ucsToNixlStatus maps UCX's not-connected, connection-reset,
+# endpoint-timeout and canceled to NIXL_ERR_REMOTE_DISCONNECT.
 _NIXL = re.compile(r"\b(?P<what>NIXL_ERR_[A-Z_]+)\b")
 # NIXL's UCX backend in its own log (absl LOG(ERROR), `E0301 10:00:02.000000 PID file.cpp:N]`):
 # src/plugins/ucx/ucx_utils.cpp (2026-08) sendAmCallback `UCX AM send failed with status %d
