@@ -35,6 +35,15 @@ class LogMatch:
     stall: str | None
 
 
+@dataclass(frozen=True)
+class Settled:
+    """What the log shows after the server's last progress: its lines and its dumps (rules
+    marked `after_progress` read only these; a wait the server moved past is no verdict)."""
+
+    lines: frozenset[str]
+    stacks: tuple[StackSample, ...]
+
+
 def log_stall(events: Sequence[LogEvent]) -> str | None:
     """The stall a log shows on its own: the last stats line pending with zero throughput.
     A line that reports a step it ran (TensorRT-LLM's `iter = N`, SGLang's `Prefill batch`) is
@@ -57,7 +66,8 @@ def name_signatures(
     stall = log_stall(events)
     stacks = log_stacks(events)
     index = LineIndex([e.line for e in events])  # each rule searched over all lines at once
-    settled = frozenset(e.line for e in after_progress(events))
+    late = after_progress(events)
+    settled = Settled(frozenset(e.line for e in late), log_stacks(late))
     found: list[LogMatch] = []
     for sig in sigs.signatures:
         m = _match(sig, index, stacks, stall, max_lines, settled)
@@ -109,17 +119,19 @@ def _holds(
     rule: Rule,
     index: LineIndex,
     stacks: tuple[StackSample, ...],
-    settled: frozenset[str] | None = None,
+    settled: Settled | None = None,
 ) -> list[str]:
     """What supports one log or stack rule in the log: the lines, or the frame found.
-    `settled`: the lines after the log's last progress, for rules that only read those."""
+    `settled`: the lines and dumps after the log's last progress, for rules that only read
+    those."""
     if rule.kind == "log" and rule.pattern is not None:
         hits = index.matching(rule.pattern)
         if rule.after_progress and settled is not None:
-            hits = [h for h in hits if h in settled]
+            hits = [h for h in hits if h in settled.lines]
         return hits
     if rule.kind == "stack":
-        detail = match_stacks(rule, stacks)
+        late = rule.after_progress and settled is not None
+        detail = match_stacks(rule, settled.stacks if late and settled else stacks)
         return [f"{rule.label}: {detail}"] if detail else []
     return []
 
@@ -130,7 +142,7 @@ def _match(
     stacks: tuple[StackSample, ...],
     stall: str | None,
     max_lines: int,
-    settled: frozenset[str] | None = None,
+    settled: Settled | None = None,
 ) -> LogMatch | None:
     if any(_holds(r, index, stacks) for r in sig.unless):
         return None

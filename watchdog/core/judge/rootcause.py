@@ -2,13 +2,15 @@
 header, library or tool, which communicator set-up stage, which engine loop died of what.
 
 A signature or a generic class says *what* failed (crashed, engine death, a JIT build, a
-collective); this module reads the same lines once more for *why*, in five general readings:
+collective); this module reads the same lines once more for *why*, in six general readings:
 
 - `cuda`: a fatal CUDA error in any engine's format, with its name and the call that returned it;
 - `toolchain`: a JIT build that failed on a missing header, library or tool, with the package
   that provides it;
-- `collective_setup`: a communicator that never came up (NCCL init, NVSHMEM bootstrap, a
-  rendezvous), with the stage;
+- `collective_setup`: a communicator that never came up (NCCL init, NVSHMEM bootstrap or its
+  transport's connect, a rendezvous), with the stage;
+- `transport`: the transport under a collective or a KV transfer that failed (NCCL's IB plugin,
+  RDMA verbs, UCX, NIXL, NVSHMEM's IB transports: core/judge/transport.py);
 - `engine_loop`: an engine's request loop that died, with the first exception in it;
 - `signal`: a fatal signal the server's own handler reported, with where its frames fault
   (core/judge/fatalsignal.py).
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 
 from watchdog.core.judge.fatalsignal import SIGNAL_FIX, signal_reading
 from watchdog.core.judge.generic import after_progress
+from watchdog.core.judge.transport import transport_reading_at
 from watchdog.core.model import LogEvent
 
 
@@ -32,7 +35,7 @@ from watchdog.core.model import LogEvent
 class Cause:
     """A root cause read from the log: what it is, its fix, and the line that says it."""
 
-    kind: str  # cuda | toolchain | collective_setup | engine_loop | signal
+    kind: str  # cuda | toolchain | collective_setup | transport | engine_loop | signal
     summary: str
     fix: str
     line: str
@@ -306,6 +309,17 @@ _SETUP = re.compile(
     r"|[Bb]ootstrap.*(?i:nvshmem).*(?:timed? ?out|failed|error)"
     r"|waiting for clients\. \d+/\d+ clients joined|RendezvousTimeoutError|RendezvousClosedError"
 )
+# NVIDIA/nvshmem (3.x) src/host/transport/transport.cpp nvshmemi_setup_connections, called from
+# nvshmemi_common_init (src/host/init/init.cu `nvshmem setup connections failed`) only: a
+# transport's connect_endpoints failing (`connect EPS failed`) is set-up, never a runtime error.
+# Under it the IB transports' own steps: ibrc.cpp ep_create / ep_connect (`ibv_modify_qp failed`,
+# `ep_connect failed`), transport_ib_common.cpp (`transport create connect failed`), ibgda.cpp
+# (`create DCT share err.`), each through NVSHMEMI_NZ_ERROR_JMP (`file:line: non-zero status: N`).
+_NVSHMEM_CONNECT = re.compile(
+    r"(?P<file>[\w.]+):\d+: non-zero status: (?P<st>-?\d+):? (?P<what>connect EPS failed"
+    r"|ep_connect failed|ibv_modify_qp failed|transport create connect failed"
+    r"|nvshmem setup connections failed|create DCT share err)"
+)
 _SETUP_FIX = (
     "The communicator between the ranks never came up, so no collective can run. Check that "
     "every rank started and reaches the others (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME / "
@@ -332,6 +346,15 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     """A communicator set-up failure on line `i` (an NCCL error before init completed, an
     NVSHMEM bootstrap or a rendezvous that timed out), with its stage."""
     line = lines[i]
+    if m := _NVSHMEM_CONNECT.search(line):
+        return Cause(
+            "collective_setup",
+            "NVSHMEM could not connect its transport's endpoints (IB queue pairs): "
+            f"{m['what']} ({m['file']}, status {m['st']})",
+            _SETUP_FIX,
+            line,
+            "init",
+        )
     if _SETUP.search(line):
         stage = setup_stage(lines, i)
         return Cause(
@@ -484,7 +507,11 @@ def root_cause(lines: Sequence[str]) -> Cause | None:
         if name is not None and loop is None:
             loop = (i, name)
         specific = (
-            toolchain_cause(line) or setup_cause(lines, i) or cuda_cause(line) or _signal(lines, i)
+            toolchain_cause(line)
+            or setup_cause(lines, i)
+            or _transport(lines, i)
+            or cuda_cause(line)
+            or _signal(lines, i)
         )
         if specific is not None:
             return _in_loop(loop[1], specific) if loop is not None else specific
@@ -510,6 +537,12 @@ def _signal(lines: Sequence[str], i: int) -> Cause | None:
     """A fatal signal the server's own handler reported (core/judge/fatalsignal.py)."""
     got = signal_reading(lines, i)
     return None if got is None else Cause("signal", got.summary, SIGNAL_FIX, got.line)
+
+
+def _transport(lines: Sequence[str], i: int) -> Cause | None:
+    """A transport's own error line (core/judge/transport.py): which transport, what failed."""
+    got = transport_reading_at(lines, i)
+    return None if got is None else Cause("transport", got.summary, got.fix, lines[i])
 
 
 def _in_loop(name: str, cause: Cause) -> Cause:
