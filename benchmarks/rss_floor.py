@@ -1,6 +1,6 @@
 """The daemon's RSS above what any NVML reader pays: a figure that compares across hosts.
 
-    python benchmarks/rss_floor.py [--seconds 12] [--gpu-source nvml]
+    python benchmarks/rss_floor.py [--seconds 12] [--gpu-source nvml] [--server-url both|off|on]
 
 The floor is a Python process that imports pynvml and calls nvmlInit() (libnvidia-ml.so mapped
 and initialised): a bare Python measured 15.6 MB on a GPU host, `import pynvml` 32 MB and
@@ -8,8 +8,11 @@ and initialised): a bare Python measured 15.6 MB on a GPU host, `import pynvml` 
 off. Where nvmlInit fails (no driver, a CPU host) the floor is Python + `import pynvml`, and the
 line says which. The daemon is `hang-watchdog run` attached to an idle process with the given
 GPU source (default `nvml`, as deployed; on a CPU host it imports pynvml, fails to initialise
-and stays down), its log source, the exporter and the process tree on. Prints the numbers;
-asserts nothing. benchmarks/gpu_live.py calls `measure()` on a GPU host.
+and stays down), its log source, the exporter and the process tree on; with `server_url` (set
+in the shipped systemd and Kubernetes configs) it also scrapes /metrics and /health every tick
+from a loopback HTTP server this benchmark starts, serving a vLLM page from tests/data. By
+default both daemons are measured, one line each. Prints the numbers; asserts nothing.
+benchmarks/gpu_live.py calls `measure()` on a GPU host.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -46,6 +53,7 @@ class RssFigures:
     floor_what: str
     daemon_mib: float
     gpu_source: str
+    server_url: bool = False
 
     @property
     def above_mib(self) -> float:
@@ -53,7 +61,8 @@ class RssFigures:
 
     def line(self) -> str:
         return (
-            f"daemon RSS {self.daemon_mib:.1f} MiB (run, --gpu-source {self.gpu_source}); "
+            f"daemon RSS {self.daemon_mib:.1f} MiB (run, --gpu-source {self.gpu_source}"
+            f"{', --server-url' if self.server_url else ''}); "
             f"floor {self.floor_mib:.1f} MiB ({self.floor_what}); "
             f"above the floor {self.above_mib:.1f} MiB"
         )
@@ -72,8 +81,44 @@ def floor(python: str = sys.executable, settle_s: float = 2.0) -> tuple[float, s
         proc.wait()
 
 
-def daemon(gpu_source: str, seconds: float, python: str = sys.executable) -> float:
-    """RSS MiB of `hang-watchdog run` after `seconds`, attached to an idle sleeper."""
+PAGE = (REPO / "tests" / "data" / "vllm_metrics_serving.txt").read_bytes()
+
+
+class _Vllm(BaseHTTPRequestHandler):
+    """vLLM's /metrics (a recorded page) and /health (200, empty), keep-alive."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server API)
+        body = PAGE if self.path == "/metrics" else b""
+        self.send_response(200 if self.path in ("/metrics", "/health") else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def vllm_server() -> Iterator[str]:
+    """A loopback HTTP server answering as vLLM's /metrics and /health; yields its URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Vllm)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def daemon(
+    gpu_source: str, seconds: float, python: str = sys.executable, server_url: str | None = None
+) -> float:
+    """RSS MiB of `hang-watchdog run` after `seconds`, attached to an idle sleeper (and
+    scraping `server_url` when given)."""
     with tempfile.TemporaryDirectory(prefix="rss-floor-") as tmp:
         log = Path(tmp) / "server.log"
         log.write_text("")
@@ -82,6 +127,8 @@ def daemon(gpu_source: str, seconds: float, python: str = sys.executable) -> flo
             python, "-m", "watchdog", "run", "--pid", str(sleeper.pid), "--gpu-source", gpu_source,
             "--log-file", str(log), "--no-cdn-default", "--metrics-addr", "127.0.0.1:0",
         ]  # fmt: skip
+        if server_url is not None:
+            argv += ["--server-url", server_url]
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         run = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -95,17 +142,29 @@ def daemon(gpu_source: str, seconds: float, python: str = sys.executable) -> flo
                 p.wait()
 
 
-def measure(gpu_source: str = "nvml", seconds: float = 12.0) -> RssFigures:
+def measure(
+    gpu_source: str = "nvml", seconds: float = 12.0, server_url: bool = False
+) -> RssFigures:
     rss, what = floor()
-    return RssFigures(rss, what, daemon(gpu_source, seconds), gpu_source)
+    if not server_url:
+        return RssFigures(rss, what, daemon(gpu_source, seconds), gpu_source)
+    with vllm_server() as url:
+        return RssFigures(rss, what, daemon(gpu_source, seconds, server_url=url), gpu_source, True)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=12.0, help="daemon run time before reading")
     p.add_argument("--gpu-source", default="nvml")
+    p.add_argument(
+        "--server-url",
+        choices=("both", "off", "on"),
+        default="both",
+        help="measure the daemon without server_url, with it (a loopback vLLM), or both",
+    )
     args = p.parse_args(argv)
-    print(measure(args.gpu_source, args.seconds).line())
+    for with_url in {"both": (False, True), "off": (False,), "on": (True,)}[args.server_url]:
+        print(measure(args.gpu_source, args.seconds, with_url).line(), flush=True)
     return 0
 
 
