@@ -593,7 +593,8 @@ built.server.start()
 for _ in range(2):
     built.daemon.tick()
 built.close()
-heavy = ("http.client", "ssl", "_ssl", "email", "hashlib", "urllib.request", "http.server")
+heavy = ("http.client", "ssl", "_ssl", "email", "hashlib", "urllib.request", "http.server",
+         "encodings.idna", "unicodedata", "zipfile")
 print(" ".join(m for m in heavy if m in sys.modules) or "none")
 """
 
@@ -602,8 +603,9 @@ def test_a_daemon_with_server_url_loads_no_http_client_ssl_or_email(
     raw: Callable[..., RawServer],
 ) -> None:
     """Memory: http.client imports ssl (libssl, libcrypto) and email, 4.4 MiB of RSS; the
-    scrape of an http:// server_url uses none of them (a fresh interpreter, so other tests'
-    imports do not count)."""
+    scrape of an http:// server_url uses none of them, resolving a name loads no idna codec
+    (unicodedata), and the shipped knowledge is read without importlib.resources' zipfile (a
+    fresh interpreter, so other tests' imports do not count)."""
     import os
     import subprocess
     import sys
@@ -619,3 +621,10 @@ def test_a_daemon_with_server_url_loads_no_http_client_ssl_or_email(
     assert out.stdout.split() == ["none"], out.stderr[-2000:]
     paths = {r.split(b" ", 2)[1] for r in ref[0].requests}
     assert {b"/metrics", b"/health"} <= paths  # it did scrape, through the client under test
+
+
+def test_ascii_host_names_reach_the_resolver_as_bytes() -> None:
+    from watchdog.sources.netaddr import host_arg
+
+    assert host_arg("localhost") == b"localhost" and host_arg("::1") == b"::1"
+    assert host_arg("bücher.example") == "bücher.example"  # the resolver's idna codec

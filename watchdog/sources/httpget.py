@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, unquote
 
+from watchdog.sources.netaddr import connect
+
 if TYPE_CHECKING:
     import ssl
 
@@ -322,7 +324,7 @@ class HttpGet:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("timed out")
-        sock = socket.create_connection((self._host, self._port), timeout=left)
+        sock = connect(self._host, self._port, left)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._https:
