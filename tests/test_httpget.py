@@ -525,6 +525,8 @@ def test_an_unframed_body_is_read_to_the_end_and_the_connection_not_reused(
         (b"\x15\x03\x01\x00\x02\x02\x46", BadStatusLine, "not an HTTP answer"),  # a TLS alert
         (b"", RemoteDisconnected, "Remote end closed connection without response"),
         (b"HTTP/1.1 OK\r\n\r\n", BadStatusLine, "not an HTTP answer"),
+        (b"HTTP/1.1 2\xb200 OK\r\n\r\n", BadStatusLine, "not an HTTP answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n", HttpError, "Content-Length"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\n", HttpError, "Content-Length"),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef",
@@ -537,7 +539,16 @@ def test_an_unframed_body_is_read_to_the_end_and_the_connection_not_reused(
             "bad chunk size",
         ),
     ],
-    ids=["tls-alert", "closed", "no-status-code", "bad-length", "two-lengths", "bad-chunk"],
+    ids=[
+        "tls-alert",
+        "closed",
+        "no-status-code",
+        "latin1-digit-status",
+        "latin1-digit-length",
+        "bad-length",
+        "two-lengths",
+        "bad-chunk",
+    ],
 )
 def test_an_answer_that_is_not_http_marks_the_source_down_with_a_name(
     raw: Callable[..., RawServer], answer: bytes, error: type[Exception], named: str
@@ -575,9 +586,10 @@ def test_a_1xx_interim_answer_is_skipped(raw: Callable[..., RawServer]) -> None:
     assert "".join(got) == PAGE.decode()
 
 
-def test_a_path_with_a_space_is_refused_at_start() -> None:
-    with pytest.raises(ValueError, match="space or control character"):
-        HttpGet(urlsplit("http://127.0.0.1:1/a b"))
+@pytest.mark.parametrize("path", ["/a b", "/a\x7fb", "/métriques"])
+def test_a_path_that_cannot_go_on_the_request_line_is_refused_at_start(path: str) -> None:
+    with pytest.raises(ValueError, match="percent-encode it"):
+        HttpGet(urlsplit(f"http://127.0.0.1:1{path}"))
 
 
 SERVER_URL_RUN = """
@@ -602,7 +614,7 @@ print(" ".join(m for m in heavy if m in sys.modules) or "none")
 def test_a_daemon_with_server_url_loads_no_http_client_ssl_or_email(
     raw: Callable[..., RawServer],
 ) -> None:
-    """Memory: http.client imports ssl (libssl, libcrypto) and email, 4.4 MiB of RSS; the
+    """Memory: http.client imports ssl (libssl, libcrypto) and email, 4.8 MiB of RSS; the
     scrape of an http:// server_url uses none of them, resolving a name loads no idna codec
     (unicodedata), and the shipped knowledge is read without importlib.resources' zipfile (a
     fresh interpreter, so other tests' imports do not count)."""

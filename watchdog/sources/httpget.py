@@ -3,7 +3,7 @@
 Not httpx: its first request imports httpcore, h11, anyio and whatever optional backends are
 installed (about 2 MiB of module code in a clean venv, more where trio or h2 are present), for
 two GETs a second to one origin. Not http.client either: it imports `ssl` (OpenSSL's libssl and
-libcrypto) and `email`, about 4.4 MiB of RSS, which would be the only user of either in a
+libcrypto) and `email`, about 4.8 MiB of RSS, which would be the only user of either in a
 deployed daemon (the exporter serves its own pages, outputs/metrics_http.py). `ssl` is imported
 here only for an https:// URL, when its first connection is opened.
 
@@ -127,6 +127,11 @@ class _Conn:
         self.sock.close()
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes '²' (Latin-1 0xB2), which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 class _Head:
     """A status line and the headers that frame the body."""
 
@@ -140,7 +145,7 @@ class _Head:
 
     def header(self, name: str, value: str) -> None:
         if name == "content-length":
-            if not value.isdigit() or (self.length is not None and int(value) != self.length):
+            if not _digits(value) or (self.length is not None and int(value) != self.length):
                 raise HttpError(f"bad Content-Length {value[:40]!r}")
             self.length = int(value)
         elif name == "transfer-encoding":
@@ -164,7 +169,7 @@ def _read_head(conn: _Conn) -> _Head:
         text = line.decode("iso-8859-1")
         version, _, rest = text.rstrip("\r\n").partition(" ")
         code = rest[:3]
-        if not version.startswith("HTTP/1.") or not (code.isdigit() and len(code) == 3):
+        if not version.startswith("HTTP/1.") or not (_digits(code) and len(code) == 3):
             raise BadStatusLine(text)
         head = _Head(version, int(code))
         size, count = len(line), 0
@@ -241,8 +246,11 @@ class HttpGet:
         self._host = parts.hostname or ""
         self._port = parts.port or (443 if self._https else 80)
         self._prefix = parts.path.rstrip("/")
-        if any(c <= " " or c == "\x7f" for c in self._prefix):
-            raise ValueError(f"URL path {self._prefix!r} has a space or control character")
+        if not self._prefix.isascii() or any(c <= " " or c == "\x7f" for c in self._prefix):
+            raise ValueError(
+                f"URL path {self._prefix!r} has a space, a control character or non-ASCII text;"
+                " percent-encode it"
+            )
         host = f"[{self._host}]" if ":" in self._host else self._host
         if parts.port is not None and parts.port != (443 if self._https else 80):
             host = f"{host}:{parts.port}"
