@@ -188,9 +188,8 @@ def _read_head(conn: _Conn) -> _Head:
 
 
 def _body(conn: _Conn, head: _Head) -> Iterator[bytes]:
-    """The body's bytes as they arrive; sets head.close when it ran to the connection's end."""
-    if head.status in (204, 304):
-        return
+    """The body's bytes as they arrive (only a 200's is read); sets head.close when it ran to
+    the connection's end."""
     if head.chunked:
         yield from _chunked(conn)
     elif head.length is not None and not head.coded:
