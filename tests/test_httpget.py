@@ -1,12 +1,14 @@
-"""The stdlib /metrics and /health client against hostile servers on real 127.0.0.1 sockets:
-trickling headers or body, oversize and truncated bodies, refused connections, a 503 with a
-body, keep-alive reuse and a keep-alive connection the server dropped while idle."""
+"""The raw-socket /metrics and /health client against hostile servers on real 127.0.0.1
+sockets: trickling status line, headers or body, header floods, oversize and truncated bodies,
+chunked bodies, answers that are not HTTP, refused connections, a 503 with a body, keep-alive
+reuse and a keep-alive connection the server dropped while idle."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import ssl
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +20,16 @@ import pytest
 
 from watchdog.engines.loader import load_engines
 from watchdog.sources import server as server_mod
-from watchdog.sources.httpget import BodyTooLarge, HttpGet
+from watchdog.sources.httpget import (
+    MAX_HEAD_BYTES,
+    BadStatusLine,
+    BodyTooLarge,
+    HeadersTooLarge,
+    HttpError,
+    HttpGet,
+    IncompleteRead,
+    RemoteDisconnected,
+)
 from watchdog.sources.server import ServerSource
 
 ENGINES = load_engines()  # the profiles; the engine in force comes in each poll's tick
@@ -153,14 +164,17 @@ def _drip(prefix: bytes, byte: bytes, every_s: float) -> Callable[[RawServer], H
     [
         b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n",  # slowloris body
         b"HTTP/1.1 200 OK\r\nX-Slow: ",  # slowloris headers: one header never ends
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",  # a chunk at a time
+        b"HTTP/1.1 200 OK",  # the status line never ends
     ],
-    ids=["body", "headers"],
+    ids=["body", "headers", "chunked", "status-line"],
 )
 def test_a_trickling_server_times_out_within_the_timeout(
     raw: Callable[..., RawServer], prefix: bytes
 ) -> None:
     ref: list[RawServer] = []
-    ref.append(raw(lambda conn: _drip(prefix, b"#", 0.05)(ref[0])(conn)))
+    drop = b"1\r\n#\r\n" if b"chunked" in prefix else b"#"
+    ref.append(raw(lambda conn: _drip(prefix, drop, 0.05)(ref[0])(conn)))
     src = ServerSource(ref[0].url, timeout_s=0.5, engines=ENGINES)
     t0 = time.monotonic()
     s = src.poll()
@@ -347,3 +361,288 @@ def test_https_is_verified_against_the_system_trust_store(
     s = src.poll()
     src.close()
     assert s.up and s.running == 3 and s.health_status == 200
+
+
+def _client(srv: RawServer) -> HttpGet:
+    return HttpGet(urlsplit(srv.url))
+
+
+def test_a_chunked_body_with_extensions_and_trailers_is_read_and_the_connection_kept(
+    raw: Callable[..., RawServer],
+) -> None:
+    ref: list[RawServer] = []
+
+    def chunked(conn: socket.socket) -> None:
+        while ref[0].read_request(conn):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+            conn.sendall(b"7;ext=1\r\n%s\r\n" % PAGE[:7])
+            conn.sendall(b"%X\r\n%s\r\n" % (len(PAGE) - 7, PAGE[7:]))
+            conn.sendall(b"0\r\nX-Trailer: yes\r\n\r\n")
+
+    ref.append(raw(chunked))
+    client = _client(ref[0])
+    got: list[str] = []
+    try:
+        for _ in range(3):
+            assert client.get("/metrics", 1.0, 1 << 20, got.append) == 200
+    finally:
+        client.close()
+    assert "".join(got) == PAGE.decode() * 3
+    assert ref[0].accepted == 1  # the trailers were consumed: the next answer parsed cleanly
+
+
+def test_a_chunked_body_is_bounded_by_its_decoded_size(raw: Callable[..., RawServer]) -> None:
+    ref: list[RawServer] = []
+
+    def endless(conn: socket.socket) -> None:
+        ref[0].read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        while not ref[0].stop.is_set():
+            conn.sendall(b"1000\r\n" + b"a" * 0x1000 + b"\r\n")
+
+    ref.append(raw(endless))
+    client = _client(ref[0])
+    with pytest.raises(BodyTooLarge):
+        client.get("/metrics", 5.0, 100_000)
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "flood",
+    [b"X-Flood: %d\r\n", b"X-Long: " + b"a" * 1000],
+    ids=["many-lines", "one-endless-line"],
+)
+def test_a_header_flood_is_cut_off_quickly(raw: Callable[..., RawServer], flood: bytes) -> None:
+    ref: list[RawServer] = []
+
+    def flooder(conn: socket.socket) -> None:
+        ref[0].read_request(conn)
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        n = 0
+        while not ref[0].stop.is_set():
+            conn.sendall(flood % n if b"%d" in flood else flood)
+            n += 1
+
+    ref.append(raw(flooder))
+    client = _client(ref[0])
+    t0 = time.monotonic()
+    with pytest.raises(HeadersTooLarge):
+        client.get("/metrics", 10.0, 1 << 20)
+    client.close()
+    assert time.monotonic() - t0 < 5.0  # cut at the bound, not at the deadline
+    src = ServerSource(ref[0].url, timeout_s=10.0, engines=ENGINES)
+    s = src.poll()
+    src.close()
+    assert not s.up and "HeadersTooLarge" in (s.error or "") and s.health_status is None
+
+
+def test_headers_just_under_the_bound_are_read(raw: Callable[..., RawServer]) -> None:
+    ref: list[RawServer] = []
+    filler = b"X-Pad: " + b"p" * 1000 + b"\r\n"  # 65 lines: under both bounds
+    lines = (MAX_HEAD_BYTES - 200) // len(filler)
+    answer = _answer("200 OK", PAGE, (filler * lines).decode())
+    ref.append(raw(_keepalive(ref, {b"/metrics": answer})))
+    client = _client(ref[0])
+    got: list[str] = []
+    assert client.get("/metrics", 2.0, 1 << 20, got.append) == 200
+    client.close()
+    assert "".join(got) == PAGE.decode()
+
+
+def test_a_connection_reset_while_idle_is_retried_once(raw: Callable[..., RawServer]) -> None:
+    ref: list[RawServer] = []
+
+    def answer_then_reset(conn: socket.socket) -> None:
+        if ref[0].read_request(conn):
+            conn.sendall(_answer("200 OK", PAGE))
+            time.sleep(0.1)
+            # SO_LINGER 0: close sends RST, the next send or recv on it fails with ECONNRESET
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    ref.append(raw(answer_then_reset))
+    client = _client(ref[0])
+    try:
+        assert client.get("/metrics", 1.0, 1 << 20) == 200
+        time.sleep(0.3)
+        assert client.get("/metrics", 1.0, 1 << 20) == 200
+    finally:
+        client.close()
+    assert ref[0].accepted == 2 and len(ref[0].requests) == 2
+
+
+def test_a_fresh_connection_closed_without_an_answer_is_not_retried(
+    raw: Callable[..., RawServer],
+) -> None:
+    ref: list[RawServer] = []
+    ref.append(raw(lambda conn: ref[0].read_request(conn) and None))
+    client = _client(ref[0])
+    with pytest.raises(RemoteDisconnected):
+        client.get("/metrics", 1.0, 1 << 20)
+    client.close()
+    assert ref[0].accepted == 1
+
+
+def test_a_reused_connection_cut_inside_an_answer_is_not_retried(
+    raw: Callable[..., RawServer],
+) -> None:
+    ref: list[RawServer] = []
+
+    def second_answer_cut(conn: socket.socket) -> None:
+        if ref[0].read_request(conn):
+            conn.sendall(_answer("200 OK", PAGE))
+        if ref[0].read_request(conn):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-")  # part of an answer, read by now,
+            time.sleep(0.2)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            # then a reset: the same error as a connection dropped while idle, but after bytes
+
+    ref.append(raw(second_answer_cut))
+    client = _client(ref[0])
+    assert client.get("/metrics", 1.0, 1 << 20) == 200
+    with pytest.raises(ConnectionResetError):
+        client.get("/metrics", 1.0, 1 << 20)
+    client.close()
+    assert ref[0].accepted == 1  # the GET was answered (badly), so not sent again
+
+
+def test_an_unframed_body_is_read_to_the_end_and_the_connection_not_reused(
+    raw: Callable[..., RawServer],
+) -> None:
+    ref: list[RawServer] = []
+
+    def http10(conn: socket.socket) -> None:
+        ref[0].read_request(conn)
+        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + PAGE)
+
+    ref.append(raw(http10))
+    client = _client(ref[0])
+    got: list[str] = []
+    for _ in range(2):
+        assert client.get("/metrics", 1.0, 1 << 20, got.append) == 200
+    client.close()
+    assert "".join(got) == PAGE.decode() * 2 and ref[0].accepted == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "named"),
+    [
+        (b"\x15\x03\x01\x00\x02\x02\x46", BadStatusLine, "not an HTTP answer"),  # a TLS alert
+        (b"", RemoteDisconnected, "Remote end closed connection without response"),
+        (b"HTTP/1.1 OK\r\n\r\n", BadStatusLine, "not an HTTP answer"),
+        (b"HTTP/1.1 2\xb200 OK\r\n\r\n", BadStatusLine, "not an HTTP answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\n", HttpError, "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nContent-", IncompleteRead, "ended inside the headers"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\n", HttpError, "Content-Length"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef",
+            HttpError,
+            "Content-Length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n",
+            HttpError,
+            "bad chunk size",
+        ),
+    ],
+    ids=[
+        "tls-alert",
+        "closed",
+        "no-status-code",
+        "latin1-digit-status",
+        "latin1-digit-length",
+        "headers-cut",
+        "bad-length",
+        "two-lengths",
+        "bad-chunk",
+    ],
+)
+def test_an_answer_that_is_not_http_marks_the_source_down_with_a_name(
+    raw: Callable[..., RawServer], answer: bytes, error: type[Exception], named: str
+) -> None:
+    ref: list[RawServer] = []
+
+    def reply(conn: socket.socket) -> None:
+        ref[0].read_request(conn)
+        conn.sendall(answer)
+
+    ref.append(raw(reply))
+    client = _client(ref[0])
+    with pytest.raises(error):
+        client.get("/metrics", 1.0, 1 << 20)
+    client.close()
+    src = ServerSource(ref[0].url, timeout_s=1.0, engines=ENGINES)
+    s = src.poll()
+    src.close()
+    assert not s.up and named in (s.error or "") and f"{ref[0].url}/metrics: " in (s.error or "")
+    assert not src.health.up
+
+
+def test_a_1xx_interim_answer_is_skipped(raw: Callable[..., RawServer]) -> None:
+    ref: list[RawServer] = []
+
+    def interim(conn: socket.socket) -> None:
+        ref[0].read_request(conn)
+        conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + _answer("200 OK", PAGE))
+
+    ref.append(raw(interim))
+    client = _client(ref[0])
+    got: list[str] = []
+    assert client.get("/metrics", 1.0, 1 << 20, got.append) == 200
+    client.close()
+    assert "".join(got) == PAGE.decode()
+
+
+@pytest.mark.parametrize("path", ["/a b", "/a\x7fb", "/métriques"])
+def test_a_path_that_cannot_go_on_the_request_line_is_refused_at_start(path: str) -> None:
+    with pytest.raises(ValueError, match="percent-encode it"):
+        HttpGet(urlsplit(f"http://127.0.0.1:1{path}"))
+
+
+SERVER_URL_RUN = """
+import sys
+from watchdog.config import build_config
+from watchdog.daemon.wiring import build
+cfg = build_config({
+    "pid": int(sys.argv[1]), "server_url": sys.argv[2], "gpu_source": "none",
+    "cdn_default": False, "metrics_addr": "127.0.0.1:0", "stacks": False,
+})
+built = build(cfg)
+built.server.start()
+for _ in range(2):
+    built.daemon.tick()
+built.close()
+heavy = ("http.client", "ssl", "_ssl", "email", "hashlib", "urllib.request", "http.server",
+         "encodings.idna", "unicodedata", "zipfile")
+print(" ".join(m for m in heavy if m in sys.modules) or "none")
+"""
+
+
+def test_a_daemon_with_server_url_loads_no_http_client_ssl_or_email(
+    raw: Callable[..., RawServer],
+) -> None:
+    """Memory: http.client imports ssl (libssl, libcrypto) and email, 4.8 MiB of RSS; the
+    scrape of an http:// server_url uses none of them, resolving a name loads no idna codec
+    (unicodedata), and the shipped knowledge is read without importlib.resources' zipfile (a
+    fresh interpreter, so other tests' imports do not count)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.simfixtures import sim_env
+
+    ref: list[RawServer] = []
+    routes = {b"/metrics": _answer("200 OK", PAGE), b"/health": _answer("200 OK", b"")}
+    ref.append(raw(_keepalive(ref, routes)))
+    argv = [sys.executable, "-c", SERVER_URL_RUN, str(os.getpid()), ref[0].url]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=sim_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["none"], out.stderr[-2000:]
+    paths = {r.split(b" ", 2)[1] for r in ref[0].requests}
+    assert {b"/metrics", b"/health"} <= paths  # it did scrape, through the client under test
+
+
+def test_ascii_host_names_reach_the_resolver_as_bytes() -> None:
+    from watchdog.sources.netaddr import host_arg
+
+    assert host_arg("localhost") == b"localhost" and host_arg("::1") == b"::1"
+    assert host_arg("bücher.example") == "bücher.example"  # the resolver's idna codec

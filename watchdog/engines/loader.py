@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +65,7 @@ class EngineSet:
 
 def load_engines(extra: Sequence[Path | str] = ()) -> EngineSet:
     """The shipped profiles, then each operator file in order (same name replaces)."""
-    base = resources.files("watchdog.engines").joinpath("profiles")
+    base = Path(__file__).parent.joinpath("profiles")  # not importlib.resources: its zipfile
     shipped: list[EngineProfile] = []
     for name in SHIPPED:
         text = base.joinpath(f"{name}.toml").read_text(encoding="utf-8")

@@ -24,6 +24,7 @@ import psutil
 
 from watchdog.core.model import Connection
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, proc_deadline
+from watchdog.sources.netaddr import host_arg
 from watchdog.sources.procenv import read_environ
 from watchdog.sources.tcpdiag import DiagUnavailable, PortDiag, bytes_received
 
@@ -108,7 +109,7 @@ class CdnHosts:
 
 def resolve_host(host: str) -> frozenset[str]:
     """All addresses a name resolves to (blocking; run it off the loop)."""
-    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    infos = socket.getaddrinfo(host_arg(host), None, type=socket.SOCK_STREAM)
     return frozenset(_normal_ip(str(info[4][0])) for info in infos)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick
+from watchdog.sources.netaddr import connect
 from watchdog.sources.rasreport import (
     RasComm,
     RasError,
@@ -52,7 +53,7 @@ def parse_address(addr: str) -> tuple[str, int]:
 
 
 def _connect(addr: tuple[str, int], timeout: float) -> socket.socket:
-    return socket.create_connection(addr, timeout=timeout)
+    return connect(addr[0], addr[1], timeout)
 
 
 __all__ = ["RasComm", "RasMissing", "RasRank", "RasReport", "parse_report"]

@@ -5,7 +5,6 @@ one-token generation that got no answer)."""
 
 from __future__ import annotations
 
-import http.client
 import logging
 import math
 import time
@@ -19,7 +18,7 @@ from watchdog.core.model import ServerSample
 from watchdog.engines.loader import EngineSet
 from watchdog.engines.profile import EngineProfile, MetricSample
 from watchdog.sources.base import Deadline, SourceHealth, SourceTick, scrape_deadline
-from watchdog.sources.httpget import BodyTooLarge, HttpGet
+from watchdog.sources.httpget import BadStatusLine, BodyTooLarge, HttpError, HttpGet
 from watchdog.sources.starvation import StarvationJudge
 from watchdog.sources.tcpdiag import DiagUnavailable, PendingRequest, PortDiag, own_ports, pending
 
@@ -305,7 +304,7 @@ class ServerSource:
             limit = MAX_METRICS_BYTES >> 20
             error = f"{url}: more than {limit} MiB; is this the server's /metrics?"
             return ServerSample(up=False, error=error), True
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, HttpError) as e:
             return ServerSample(up=False, error=f"{url}: {_why(e)}"), False
         except ValueError as e:
             return ServerSample(up=False, error=f"{url}: {e}"), True
@@ -319,7 +318,7 @@ class ServerSource:
             return self._health_client.get(path, self.timeout_s, MAX_HEALTH_BYTES), False
         except TimeoutError:
             return None, True
-        except (OSError, http.client.HTTPException, BodyTooLarge):
+        except (OSError, HttpError, BodyTooLarge):
             return None, False
         finally:
             self._health_end = time.monotonic()
@@ -338,6 +337,6 @@ class ServerSource:
 def _why(exc: BaseException) -> str:
     """What went wrong, named: `ConnectionRefusedError: [Errno 111] Connection refused`."""
     detail = str(exc) or "no detail"
-    if isinstance(exc, http.client.BadStatusLine):
+    if isinstance(exc, BadStatusLine):
         detail = f"not an HTTP answer (first line {str(exc)[:40]!r}); is this an HTTP port?"
     return f"{type(exc).__name__}: {detail}"

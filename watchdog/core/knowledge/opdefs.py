@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from watchdog.core.knowledge.tomlcheck import read_toml
@@ -43,11 +43,7 @@ def load_ops(text: str | None = None) -> tuple[OpDef, ...]:
     """The shipped operation table (or `text` in the same format), read now on every call (the
     knowledge bundle calls it once); ValueError if malformed."""
     if text is None:
-        text = (
-            resources.files("watchdog.core.knowledge")
-            .joinpath("openops.toml")
-            .read_text(encoding="utf-8")
-        )
+        text = Path(__file__).parent.joinpath("openops.toml").read_text(encoding="utf-8")
     doc = read_toml(text, "openops.toml", "an operation table")  # SignatureError: a ValueError
     out = []
     for i, e in enumerate(doc.get("op", [])):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from watchdog.core.knowledge.tomlcheck import (
@@ -108,7 +108,7 @@ class Published:
 def load_published(text: str | None = None, origin: str = SHIPPED) -> Published:
     """The shipped record (or `text`); SignatureError naming the file and key when invalid."""
     if text is None:
-        text = resources.files("watchdog.core.knowledge").joinpath(SHIPPED).read_text("utf-8")
+        text = Path(__file__).parent.joinpath(SHIPPED).read_text("utf-8")
     doc = read_toml(text, origin, "a published-versions file")
     check_keys(doc, {"schema", "recorded", "source", "host_tools", "package", "program"}, origin)
     packages: dict[str, Package] = {}

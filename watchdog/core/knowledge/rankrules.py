@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 from watchdog.core.knowledge.tomlcheck import read_toml
 
@@ -37,11 +37,7 @@ def load_rank_rules(text: str | None = None) -> RankRules:
     """The shipped ranks.toml (or `text` in its format), read now on every call: the knowledge
     bundle calls it once and passes the rules down."""
     if text is None:
-        text = (
-            resources.files("watchdog.core.knowledge")
-            .joinpath("ranks.toml")
-            .read_text(encoding="utf-8")
-        )
+        text = Path(__file__).parent.joinpath("ranks.toml").read_text(encoding="utf-8")
     data = read_toml(text, "ranks.toml", "a rank rule file")
     acts = tuple(
         Activity(

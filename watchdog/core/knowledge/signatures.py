@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +67,9 @@ __all__ = [
 def load_signatures(extra: Sequence[Path | str] = ()) -> SignatureSet:
     """The shipped knowledge base, then each operator file in order (same id replaces); read
     now on every call (the daemon, `replay` and `preflight` call it once and pass it down)."""
-    text = (
-        resources.files("watchdog.core.knowledge")
-        .joinpath("signatures.toml")
-        .read_text(encoding="utf-8")
-    )
+    # Beside this module, not importlib.resources: its file reader imports zipfile and
+    # tempfile, 0.4 MiB of RSS a daemon would keep; the package is installed as files.
+    text = Path(__file__).parent.joinpath("signatures.toml").read_text(encoding="utf-8")
     merged = dataclasses.replace(
         _parse(text, "signatures.toml (built-in)"), ops=load_ops(), ranks=load_rank_rules()
     )
