@@ -1,6 +1,6 @@
 """The prefilter's Hyperscan database compiled by a child process (sources/logs/hsbuild.py): it
 finds what an in-process one finds, a child that cannot run leaves the in-process compile, and
-the daemon's log source asks for it."""
+the daemon's log source asks for it once its log's volume pays for Hyperscan."""
 
 from __future__ import annotations
 
@@ -23,14 +23,21 @@ hs = pytest.importorskip("hyperscan")
 KEEP = keep_with_ops(load_signatures().log_keep_pattern(), load_ops())
 
 
+@pytest.fixture
+def at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon's prefilter loads Hyperscan at its first block (VOLUME_BYTES: 1 byte)."""
+    monkeypatch.setattr(prefilter, "VOLUME_BYTES", 1)
+
+
 @pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.usefixtures("at_once")
 def test_a_child_compiled_database_finds_what_an_in_process_one_finds(seed: int) -> None:
     block = workload(seed) + b"odd keys: \x1b[0m a.b*c (x) \xff\xfe NCCL WARN\n"
     here = prefilter_for(KEEP, patterns=PATTERNS)
     apart = prefilter_for(KEEP, patterns=PATTERNS, in_child=True)
     plain = prefilter_for(KEEP, patterns=PATTERNS, hyperscan=False)
-    assert apart.engine == here.engine == "hyperscan"
     assert apart.spans(block) == here.spans(block) == plain.spans(block)
+    assert apart.engine == here.engine == "hyperscan"
     assert len(here.spans(block)) > 100  # the workload has many candidate lines
     keys = start_keys()
     assert keys is not None
@@ -52,6 +59,7 @@ def test_the_child_database_is_the_childs() -> None:
 
 
 @pytest.mark.parametrize("how", ["no interpreter", "missing interpreter", "child fails"])
+@pytest.mark.usefixtures("at_once")
 def test_a_child_that_cannot_compile_leaves_the_in_process_compile(
     monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
@@ -63,8 +71,27 @@ def test_a_child_that_cannot_compile_leaves_the_in_process_compile(
         monkeypatch.setattr(hsbuild, "_CHILD", "import sys; sys.exit(3)")
     assert hsbuild.compile_apart(hs, (b"key",)) is None
     pre = Prefilter(["key"], in_child=True)
-    assert pre.engine == "hyperscan"
     assert pre.spans(b"a\nthe key\nb\n") == [(2, 9)]
+    assert pre.engine == "hyperscan"
+
+
+def test_the_daemons_prefilter_loads_hyperscan_when_the_volume_asks() -> None:
+    """A quiet log is scanned with bytes.find (no binding, no libstdc++ in the daemon's RSS);
+    1 MiB within 10 s loads Hyperscan, and the candidate lines are the same either way."""
+    now = [0.0]
+    pre = Prefilter(["key"], in_child=True, clock=lambda: now[0])
+    line = b"a line without it\nthe key line\n"
+    small = line * 1000  # 33 KB a block
+    for _ in range(40):  # 1.3 MB, but 33 KB every 11 s: never 1 MiB within a window
+        now[0] += 11.0
+        assert pre.spans(small)[:1] == [(18, 30)]
+    assert pre.engine == "find"
+    big = line * 20000  # 660 KB: two of them within 10 s
+    pre.spans(big)
+    assert pre.engine == "find"
+    now[0] += 5.0
+    assert pre.spans(big) == Prefilter(["key"], hyperscan=False).spans(big)
+    assert pre.engine == "hyperscan"
 
 
 def test_the_daemons_log_source_compiles_in_a_child(
@@ -87,7 +114,16 @@ def test_the_daemons_log_source_compiles_in_a_child(
                  cdn_default=False)  # fmt: skip
     built = build(cfg)
     try:
-        assert len(asked) == 2  # the parser's keys and the stack-dump starts
-        assert max(asked) > 100
+        logs = built.daemon.source("logs")
+        built.daemon.observe()  # the follower opens the log (at its end, as tail -F)
+        assert asked == [] and logs.prefilter_engine == "find"  # a quiet log: no Hyperscan
+        with log.open("ab") as f:  # a flood: 2 MiB at once
+            f.write(b"INFO 12-04 10:00:00 [api_server.py:1] GET /v1/models 200 OK\n" * 34000)
+        for _ in range(5):
+            built.daemon.observe()
+            if asked:
+                break
+        assert max(asked) > 100  # the parser's keys, compiled by the child
+        assert logs.prefilter_engine == "hyperscan"
     finally:
         built.close()
