@@ -6,38 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.obsbuilder import Timeline, events, procs
-from tests.shipped import PATTERNS
-from watchdog.commands.replayclass import log_classes
-from watchdog.commands.replaylog import read_log
-from watchdog.core.judge.classify import Thresholds, classify
-from watchdog.core.judge.logverdict import name_signatures
-from watchdog.core.judge.rootcause import Cause, cause_of
-from watchdog.core.knowledge.signatures import load_signatures
-from watchdog.core.state.window import Window
-
-SIGS = load_signatures()
+from tests.logreadings import live_verdict, replay_read
+from watchdog.core.judge.rootcause import Cause
 
 
 def replay(text: str) -> tuple[tuple[str, ...], str | None, Cause | None]:
     """(signatures named, generic class, root cause) as `replay` reads the log."""
-    data = text.encode()
-    _, evs = read_log(data, SIGS, PATTERNS)
-    names = tuple(m.signature.id for m in name_signatures(evs, SIGS))
-    cv = None if names else log_classes(evs, data, SIGS)
-    flagged = bool(names) or cv is not None
-    return names, cv.primary.cls.id if cv else None, cause_of(evs) if flagged else None
+    r = replay_read(text)
+    return r.names, r.cls, r.cause
 
 
 def live(text: str) -> str:
-    """The live verdict's reason after the lines (a log-only watch, the process alive)."""
-    tl = Timeline(procs=procs())
-    w = Window(ranks=SIGS.ranks)
-    lines = text.splitlines()
-    for i in range(0, len(lines), 20):
-        w.append(tl.tick(logs=events(lines[i : i + 20], SIGS)))
-    w.append(tl.tick())
-    v = classify(w, SIGS, Thresholds())
+    """The live verdict's state, reason and fix after the lines (a log-only watch)."""
+    v = live_verdict(text)
     return f"{v.state}|{v.reason}|{v.fix}"
 
 
