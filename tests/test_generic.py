@@ -58,7 +58,7 @@ def shown(text: str, sigs: SignatureSet) -> str | None:
     ("name", "cls", "state"),
     [
         ("n37_vllm6252_faulthandler_segfault_flashinfer.log", "crashed", "dead"),
-        ("g005_trt5389_failed_to_initialize_executor_gemm.log", "crashed", "dead"),
+        ("g474_dynamo516_prefill_queue_handler_failed_attributeerror.log", "crashed", "dead"),
         ("g016_vllm5376_journald_cjk_month_api_traceback.log", "crashed", "dead"),
         # A timeout whose traceback ends the process: the class is the timeout, the state dead.
         ("n57_ascend2264_shm_acquire_read_timeout.log", "timed_out", "dead"),

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
-from watchdog.core.judge.divergence import divergence
+from watchdog.core.judge.derived import derived_lines
 from watchdog.core.judge.spinsignals import spin_by
 from watchdog.core.knowledge.opdefs import OpDef
 from watchdog.core.model import Evidence, GpuSample, Observation, StackSample
@@ -208,9 +208,9 @@ class Context:
 
     @cached_property
     def derived_lines(self) -> tuple[str, ...]:
-        """Lines the window's log implies but no process wrote: ranks that diverged."""
-        found = divergence(ev.line for o in self.recent(float("inf")) for ev in o.logs)
-        return (found,) if found else ()
+        """Lines the window's log implies but no process wrote (core/judge/derived.py): ranks
+        that diverged, a communicator set-up that failed."""
+        return derived_lines([ev for o in self.recent(float("inf")) for ev in o.logs])
 
     def capture_problems(self) -> tuple[Evidence, ...]:
         errs = {(s.error, s.fix) for s in self.stacks if s.error}

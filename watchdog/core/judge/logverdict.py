@@ -11,10 +11,11 @@ log alone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from watchdog.core.judge.divergence import divergence
+from watchdog.core.judge.derived import with_derived
 from watchdog.core.judge.evidence import match_stacks
 from watchdog.core.judge.generic import after_progress
 from watchdog.core.judge.linesearch import LineIndex
@@ -59,10 +60,7 @@ def name_signatures(
     events: Iterable[LogEvent], sigs: SignatureSet, max_lines: int = 5
 ) -> list[LogMatch]:
     """Every signature the log identifies, best first."""
-    events = list(events)
-    derived = divergence(e.line for e in events)
-    if derived is not None:  # ranks in different collectives (core/judge/divergence.py)
-        events.append(LogEvent(kind="line", line=derived, source="derived"))
+    events = with_derived(list(events))  # core/judge/derived.py
     stall = log_stall(events)
     stacks = log_stacks(events)
     index = LineIndex([e.line for e in events])  # each rule searched over all lines at once
@@ -92,7 +90,7 @@ def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[Log
     for m in ranked:
         if not m.signature.consequence:
             continue
-        at = first[m.signature.id]
+        at = _death_at(m, events, first[m.signature.id])
         earlier = [c for c in causes if _before(first[c.signature.id], at, events)]
         if earlier:
             out.remove(m)
@@ -100,10 +98,24 @@ def causes_first(ranked: list[LogMatch], events: Sequence[LogEvent]) -> list[Log
     return out
 
 
+def _death_at(m: LogMatch, events: Sequence[LogEvent], first: int) -> int:
+    """Where the death is said: its first decisive line (`WorkerProc failed to start.`), not a
+    traceback frame one of its weaker rules also matched above the cause."""
+    rules = m.signature.decisive_log_rules
+    lines = set(m.lines)
+    for i, e in enumerate(events):
+        if e.line in lines and any(r.pattern and r.pattern.search(e.line) for r in rules):
+            return i
+    return first
+
+
 # A death logged as a traceback's header (SGLang's `Scheduler hit an exception: Traceback (most
 # recent call last):`, srt/managers/scheduler.py) is followed by its cause: the traceback's own
 # lines, within this many events, come before it in meaning.
 _TRACEBACK_SPAN = 40
+# The death's line is its traceback's header, or one of its frames (vLLM's multiproc_executor
+# logs a worker's exception frame by frame; a cut excerpt may start below the header).
+_TRACEBACK_LINE = re.compile(r'Traceback \(most recent call last\):\s*$|\bFile "[^"]+", line \d+')
 
 
 def _before(cause_at: int, death_at: int, events: Sequence[LogEvent]) -> bool:
@@ -112,7 +124,7 @@ def _before(cause_at: int, death_at: int, events: Sequence[LogEvent]) -> bool:
         return True
     if death_at >= len(events) or cause_at - death_at > _TRACEBACK_SPAN:
         return False
-    return events[death_at].line.rstrip().endswith("Traceback (most recent call last):")
+    return _TRACEBACK_LINE.search(events[death_at].line) is not None
 
 
 def _holds(

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from watchdog.core.judge.fatalsignal import SIGNAL_FIX, signal_reading
 from watchdog.core.judge.generic import after_progress
+from watchdog.core.judge.nccltrail import nccl_trail
 from watchdog.core.judge.transport import transport_reading_at
 from watchdog.core.model import LogEvent
 
@@ -298,6 +299,11 @@ _STAGE_INIT = re.compile(
     r"ncclCommInit|CommInitRank|init\.cc|NCCLUtils\.[ch]pp|getNcclComm|init_process_group|initialize_model_parallel"
     r"|init_distributed_environment|comm(?:unicator)? init|Init START|nvshmemi?_init|nvshmem_init"
     r"|/init/init\.cu"
+    # A process that had not finished starting: vLLM's worker and engine start-up (v1
+    # multiproc_executor.py `WorkerProc failed to start.`, core.py `EngineCore failed to start.`,
+    # utils.py `Engine core initialization failed`, a constructor's or init_device's frame).
+    r"|failed to start|initialization failed|, in __init__\s*$|, in init_device\s*$"
+    r"|, in from_engine_args\s*$"
 )
 _INIT_DONE = re.compile(r"Init COMPLETE|init COMPLETE")
 # NVSHMEM host/bootstrap: `bootstrap ... timed out` / `nvshmemi_bootstrap... failed`; torch's
@@ -334,7 +340,8 @@ def setup_stage(lines: Sequence[str], i: int) -> str:
     before = lines[max(0, i - 20) : i + 1]
     if any(_INIT_DONE.search(x) for x in before):
         return "first collective"
-    near = lines[max(0, i - 20) : i + 6]  # the error's own message may run on below it
+    # The error's own message may run on below it, and so may the traceback it ends.
+    near = lines[max(0, i - 20) : i + 30]
     if any(_STAGE_BOOT.search(x) for x in near):
         return "bootstrap"
     if any(_STAGE_INIT.search(x) for x in near):
@@ -346,6 +353,8 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     """A communicator set-up failure on line `i` (an NCCL error before init completed, an
     NVSHMEM bootstrap or a rendezvous that timed out), with its stage."""
     line = lines[i]
+    if (trail := nccl_trail(lines, i)) is not None:
+        return Cause("collective_setup", trail.summary, _SETUP_FIX, trail.line, trail.stage)
     if m := _NVSHMEM_CONNECT.search(line):
         return Cause(
             "collective_setup",
@@ -365,7 +374,7 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
             stage,
         )
     m = _NCCL_ERR.search(line)
-    if m is None:
+    if m is None or "{" in m[0]:  # `raise RuntimeError(f"NCCL error: {error_str}")`: source
         return None
     stage = setup_stage(lines, i)
     what = (m["what"] or m["what2"] or m["name"] or "NCCL error").strip()

@@ -104,7 +104,7 @@ def _named(case: Case, m: Match) -> Candidate:
     ctx, sig, conf, ev = case.ctx, m.sig, m.confidence, m.evidence
     state = State(("dead" if ctx.gone else "hung") if sig.state == "crash" else sig.state)
     if sig.state in DEATHS:
-        cause = _cause_of_death(case)
+        cause = _cause_of_death(case, m)
         if cause is not None:
             ev = cause.evidence + consequence(sig, ev, case.engine)
             sig, conf = cause.sig, cause.confidence
@@ -130,8 +130,19 @@ def _named(case: Case, m: Match) -> Candidate:
     )
 
 
-def _cause_of_death(case: Case) -> Match | None:
-    return cause_of_death(case.ctx, case.sigs.signatures)
+def _cause_of_death(case: Case, death: Match) -> Match | None:
+    """A hang proven by the death, else, for a death that is a consequence (engine_dead,
+    engine_worker_failed), a cause named beside it (a communicator that never came up, a JIT
+    toolchain that is missing), as `replay` ranks it (core/judge/logverdict.py causes_first)."""
+    hang = cause_of_death(case.ctx, case.sigs.signatures)
+    if hang is not None or not death.sig.consequence:
+        return hang
+    named = [
+        c
+        for c in case.matches
+        if c.proven and c.sig.state in DEATHS and not c.sig.consequence and c.sig != death.sig
+    ]
+    return max(named, key=lambda c: (c.sig.priority, c.confidence)) if named else None
 
 
 def stopped(case: Case) -> list[Candidate]:

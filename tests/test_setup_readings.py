@@ -1,0 +1,95 @@
+# ruff: noqa: E501  (log lines are quoted whole, as the engines print them)
+"""A communicator that never came up, read once (core/judge/rootcause.py setup_cause, NCCL's
+error trail in core/judge/nccltrail.py) and named from that reading (core/judge/derived.py), in
+`replay` and live alike; with the near misses that must stay quiet or keep their own reading."""
+
+from __future__ import annotations
+
+from tests.logreadings import live_verdict, replay_read
+from watchdog.core.judge.nccltrail import nccl_trail
+
+# NCCL 2.7 on WSL2: the topology walk cannot resolve a PCI path, and the error returns through
+# graph/ and init.cc (NCCLCHECK, src/include/checks.h) to the communicator's init.
+TOPOLOGY = """\
+host:92777:92777 [0] NCCL INFO Bootstrap : Using [0]eth0:172.27.213.95<0>
+host:92777:92777 [0] NCCL INFO NET/Socket : Using [0]eth0:172.27.213.95<0>
+host:92777:92889 [0] graph/xml.cc:332 NCCL WARN Could not find real path of /sys/class/pci_bus/0000:01/../../0000:01:00.0
+host:92777:92889 [0] NCCL INFO graph/xml.cc:469 -> 2
+host:92777:92889 [0] NCCL INFO graph/topo.cc:523 -> 2
+host:92777:92889 [0] NCCL INFO init.cc:581 -> 2
+host:92777:92889 [0] NCCL INFO init.cc:840 -> 2
+host:92777:92889 [0] NCCL INFO group.cc:73 -> 2 [Async thread]
+"""
+
+# src/proxy.cc proxyServiceInitOp: the proxy fails a Connect for a peer during set-up.
+PROXY_CONNECT = """\
+node:16901:16954 [2] NCCL INFO Connected all trees
+node:16901:16967 [2] misc/socket.cc:441 NCCL WARN socketFinalizeAccept: wrong type 4 != 3
+node:16901:16967 [2] NCCL INFO misc/socket.cc:561 -> 3
+node:16901:16967 [2] NCCL INFO transport/net_socket.cc:375 -> 3
+node:16901:16967 [2] proxy.cc:1519 NCCL WARN [Proxy Service 2] Failed to execute operation Connect from rank 2, retcode 3
+"""
+
+# vLLM V1 (pynccl_wrapper.py NCCL_CHECK) in a worker that had not finished starting; the source
+# line traceback prints above the exception is not the error.
+WORKER_START = """\
+(VllmWorker rank=0 pid=4662) ERROR 08-05 14:13:44 [multiproc_executor.py:487]   File "/usr/lib/python3/dist-packages/vllm/distributed/device_communicators/pynccl_wrapper.py", line 257, in NCCL_CHECK
+(VllmWorker rank=0 pid=4662) ERROR 08-05 14:13:44 [multiproc_executor.py:487]     raise RuntimeError(f"NCCL error: {error_str}")
+(VllmWorker rank=0 pid=4662) ERROR 08-05 14:13:44 [multiproc_executor.py:487] RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)
+(VllmWorker rank=3 pid=4665) ERROR 08-05 14:13:44 [multiproc_executor.py:487] WorkerProc failed to start.
+(VllmWorker rank=3 pid=4665) ERROR 08-05 14:13:44 [multiproc_executor.py:487] Traceback (most recent call last):
+"""
+
+
+def test_nccls_trail_into_init_is_setup_failed_with_the_warns_words() -> None:
+    r = replay_read(TOPOLOGY)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.kind == "collective_setup" and r.cause.stage == "init"
+    assert r.cause.summary.startswith("NCCL system error while initialising the communicator")
+    assert "Could not find real path" in r.cause.summary
+    assert "init.cc:581 -> 2" in r.cause.line  # the trail's first init.cc line speaks for it
+    v = live_verdict(TOPOLOGY)
+    assert v.signature == "collective_setup_failed" and "Could not find real path" in v.reason
+
+
+def test_the_proxy_failing_a_connect_is_setup_failed() -> None:
+    r = replay_read(PROXY_CONNECT)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.stage == "init"
+    assert "socketFinalizeAccept: wrong type 4 != 3" in r.cause.summary
+    assert "could not Connect for rank 2" in r.cause.summary
+
+
+def test_a_set_up_failure_before_the_workers_death_is_named_first_live_and_in_replay() -> None:
+    r = replay_read(WORKER_START)
+    assert r.names[:2] == ("collective_setup_failed", "engine_worker_failed")
+    assert r.cause is not None and r.cause.stage == "init"
+    assert "unhandled system error" in r.cause.summary and "{" not in r.cause.summary
+    v = live_verdict(WORKER_START)
+    assert v.signature == "collective_setup_failed"
+    assert any("engine_worker_failed" in e.detail for e in v.evidence)  # the consequence
+
+
+def test_a_warn_alone_and_a_trail_below_init_are_no_setup_failure() -> None:
+    # NCCL's libibverbs fallback warns, then the socket transport carries the init to the end.
+    fallback = """\
+host:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]
+host:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>
+host:1:1 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE
+"""
+    assert replay_read(fallback).names == () and replay_read(fallback).cls is None
+    # A trail that stops in transport code (an IB completion error once connected) is the
+    # network's reading, not set-up.
+    lines = [
+        "h:1:2 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from peer 10.0.0.3<1234> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.2 remoteGidsfe80::1 hca mlx5_1",
+        "h:1:2 [0] NCCL INFO transport/net.cc:1302 -> 6",
+        "h:1:2 [0] NCCL INFO proxy.cc:694 -> 6",
+    ]
+    assert all(nccl_trail(lines, i) is None for i in range(len(lines)))
+    assert replay_read("\n".join(lines) + "\n").names[:1] == ("collective_network_error",)
+
+
+def test_a_trail_that_returns_in_progress_is_no_failure() -> None:
+    # ncclInProgress (7): a non-blocking init still running, not an error.
+    lines = ["h:1:2 [0] NCCL WARN waiting", "h:1:2 [0] NCCL INFO init.cc:1400 -> 7"]
+    assert nccl_trail(lines, 1) is None
