@@ -187,6 +187,31 @@ def test_a_traceback_the_server_moves_past_is_quiet(sigs: SignatureSet) -> None:
     assert shown(ended, sigs) == "crashed"
 
 
+def test_a_cut_traceback_of_a_request_the_server_answered_is_quiet(sigs: SignatureSet) -> None:
+    # vLLM 0.6-0.8's prefix (`serving_chat.py:N]`, no bracket before it), the traceback's header
+    # cut by the excerpt: uvicorn's access line after it shows the request was answered.
+    tb = (
+        "ERROR 02-08 11:19:09 serving_chat.py:193]   File \"/usr/lib/python3.12/json/__init__.py\", "
+        "line 346, in loads\n"
+        "ERROR 02-08 11:19:09 serving_chat.py:193]     return _default_decoder.decode(s)\n"
+        "ERROR 02-08 11:19:09 serving_chat.py:193]   File \"/usr/lib/python3.12/json/decoder.py\", "
+        "line 338, in decode\n"
+        "ERROR 02-08 11:19:09 serving_chat.py:193]     obj, end = self.raw_decode(s, idx=0)\n"
+        "ERROR 02-08 11:19:09 serving_chat.py:193]   File \"/usr/lib/python3.12/json/decoder.py\", "
+        "line 356, in raw_decode\n"
+        "ERROR 02-08 11:19:09 serving_chat.py:193]     raise JSONDecodeError(\"Expecting value\")\n"
+        "ERROR 02-08 11:19:09 serving_chat.py:193] json.decoder.JSONDecodeError: Expecting value: "
+        "line 1 column 1 (char 0)\n"
+    )
+    answered = 'INFO:     10.0.0.5:1886 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request\n'
+    assert shown(tb + answered, sigs) is None
+    # Without the answer, a cut traceback that ends the log is still a crash.
+    assert shown(tb, sigs) == "crashed"
+    # Nor does an answer save a traceback a handler that survives did not log.
+    other = tb.replace("serving_chat.py:193]", "gpu_worker.py:193]")
+    assert shown(other + answered, sigs) == "crashed"
+
+
 def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
     text = (
         "[rank0]: RuntimeError: rpc call timed out after 300 s\nSegmentation fault (core dumped)\n"

@@ -263,6 +263,10 @@ def _handled(tail: Sequence[str]) -> bool:
     return False
 
 
+# uvicorn's access log: `INFO:     127.0.0.1:40202 - "POST /v1/completions HTTP/1.1" 400 Bad Request`.
+_ANSWERED = re.compile(r'HTTP/\d(?:\.\d)?" [1-5]\d\d\b')
+
+
 def _survived(tail: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
     """Was the last traceback in the tail logged by a handler the server carries on after? Its
     header line (a logger that prefixes every line tags it with the logging file) or the record
@@ -274,7 +278,13 @@ def _survived(tail: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
         if "Traceback (most recent call last)" in lines[i]:
             around = (lines[i], lines[i - 1] if i else "")
             return any(p.search(line) for p in survived for line in around)
-    return False
+    # The header was cut (a poster's excerpt, a rotated log): the logger's prefix on its last
+    # frame tags the traceback, when the server is then seen answering a request (uvicorn's
+    # access line): without the header, that is what shows the handler carried on.
+    at = next((i for i in range(len(lines) - 1, -1, -1) if 'File "' in lines[i]), None)
+    if at is None or not any(_ANSWERED.search(t) for t in lines[at + 1 :]):
+        return False
+    return any(p.search(lines[at]) for p in survived)
 
 
 def _innermost_first(body: list[str]) -> bool:
