@@ -191,15 +191,15 @@ def test_a_cut_traceback_of_a_request_the_server_answered_is_quiet(sigs: Signatu
     # vLLM 0.6-0.8's prefix (`serving_chat.py:N]`, no bracket before it), the traceback's header
     # cut by the excerpt: uvicorn's access line after it shows the request was answered.
     tb = (
-        "ERROR 02-08 11:19:09 serving_chat.py:193]   File \"/usr/lib/python3.12/json/__init__.py\", "
+        'ERROR 02-08 11:19:09 serving_chat.py:193]   File "/usr/lib/json/__init__.py", '
         "line 346, in loads\n"
         "ERROR 02-08 11:19:09 serving_chat.py:193]     return _default_decoder.decode(s)\n"
-        "ERROR 02-08 11:19:09 serving_chat.py:193]   File \"/usr/lib/python3.12/json/decoder.py\", "
+        'ERROR 02-08 11:19:09 serving_chat.py:193]   File "/usr/lib/python3.12/json/decoder.py", '
         "line 338, in decode\n"
         "ERROR 02-08 11:19:09 serving_chat.py:193]     obj, end = self.raw_decode(s, idx=0)\n"
-        "ERROR 02-08 11:19:09 serving_chat.py:193]   File \"/usr/lib/python3.12/json/decoder.py\", "
+        'ERROR 02-08 11:19:09 serving_chat.py:193]   File "/usr/lib/python3.12/json/decoder.py", '
         "line 356, in raw_decode\n"
-        "ERROR 02-08 11:19:09 serving_chat.py:193]     raise JSONDecodeError(\"Expecting value\")\n"
+        'ERROR 02-08 11:19:09 serving_chat.py:193]     raise JSONDecodeError("Expecting value")\n'
         "ERROR 02-08 11:19:09 serving_chat.py:193] json.decoder.JSONDecodeError: Expecting value: "
         "line 1 column 1 (char 0)\n"
     )

@@ -263,7 +263,7 @@ def _handled(tail: Sequence[str]) -> bool:
     return False
 
 
-# uvicorn's access log: `INFO:     127.0.0.1:40202 - "POST /v1/completions HTTP/1.1" 400 Bad Request`.
+# uvicorn's access log: `INFO:  127.0.0.1:40202 - "POST /v1/completions HTTP/1.1" 400 Bad Request`
 _ANSWERED = re.compile(r'HTTP/\d(?:\.\d)?" [1-5]\d\d\b')
 
 
