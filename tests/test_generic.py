@@ -61,7 +61,7 @@ def shown(text: str, sigs: SignatureSet) -> str | None:
         ("g474_dynamo516_prefill_queue_handler_failed_attributeerror.log", "crashed", "dead"),
         ("g016_vllm5376_journald_cjk_month_api_traceback.log", "crashed", "dead"),
         # A timeout whose traceback ends the process: the class is the timeout, the state dead.
-        ("n57_ascend2264_shm_acquire_read_timeout.log", "timed_out", "dead"),
+        ("g299_ray59249_vllm_qwen3vl_ray_channel_timeout.log", "timed_out", "dead"),
         ("n20_trl3157_c10d_waitforinput_timeout.log", "timed_out", "hung"),
         ("n88_vllm17972_running1_zero_throughput_health200.log", "stalled", "stalled"),
         ("s_d_svd379_shm_broadcast_with_api_traffic.log", "stalled", "stalled"),

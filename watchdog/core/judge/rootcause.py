@@ -432,8 +432,15 @@ _LOOP = (
     (re.compile(r"Error in thread (?P<n>\w+): "), "thread {n}"),
     (re.compile(r"Exception in thread (?P<n>[^\s:]+(?: \(\w+\))?):"), "thread {n}"),
     (
-        re.compile(r"EngineCore encountered a fatal error|EngineCore hit an exception"),
+        re.compile(
+            r"EngineCore encountered a fatal error|EngineCore hit an exception"
+            r"|EngineCore failed to start|, in run_engine_core\s*$|Process EngineCore\w*:\s*$"
+        ),
         "vLLM's engine core loop",
+    ),
+    (
+        re.compile(r", in (?:run_mp_engine|run_engine_loop)\s*$"),
+        "vLLM V0's engine loop",
     ),
     (
         re.compile(r"AsyncLLM output_handler failed"),
@@ -486,6 +493,16 @@ _LOOP = (
 _EXC_LINE = re.compile(
     r"(?:^|\s)(?P<exc>(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)): (?P<msg>\S.*)$"
 )
+# A dying loop's timeout: vLLM's shm_broadcast acquire_read `raise TimeoutError`, the
+# executor's `RPC call to %s timed out` (v1/executor/multiproc_executor.py), asyncio's.
+_TIMEOUT = re.compile(r"\bTimeoutError\b|timed out")
+_LOOP_SPAN = 60  # lines of the dying loop's traceback read for its timeout
+_LOOP_TIMEOUT_FIX = (
+    "The engine's request loop died of a timeout: it waited on something that never answered, "
+    "usually a worker that hung (a kernel or a collective that never returned) or died. The "
+    "stacks of every worker at the time name it (hang-watchdog diagnose --pid PID); then "
+    "restart the server."
+)
 _LOOP_FIX = (
     "The engine's request loop died, so no request can finish; the server must restart. Fix "
     "the root cause named here (the first exception in the dying loop), then restart."
@@ -531,6 +548,11 @@ def root_cause(lines: Sequence[str]) -> Cause | None:
     said = _loop_said(lines[i])
     if exc is None and said:  # the loop's own line carries the exception
         return Cause("engine_loop", f"{name} died: {said[:200]}", _LOOP_FIX, lines[i])
+    # The traceback a chained exception printed first (`The above exception was the direct
+    # cause`) lies above the loop's frame: it is read too.
+    waited = _timeout(lines[max(0, i - _LOOP_SPAN) : i + _LOOP_SPAN], exc)
+    if waited is not None:
+        return Cause("engine_loop", f"{name} died: {waited}", _LOOP_TIMEOUT_FIX, lines[i])
     if exc is None:
         return Cause(
             "engine_loop",
@@ -540,6 +562,18 @@ def root_cause(lines: Sequence[str]) -> Cause | None:
             lines[i],
         )
     return Cause("engine_loop", f"{name} died: {exc[:200]}", _LOOP_FIX, lines[i])
+
+
+def _timeout(lines: Sequence[str], exc: str | None) -> str | None:
+    """The wait that timed out in a dying loop's traceback (`raise TimeoutError`, `RPC call to
+    sample_tokens timed out`), or None when the loop died of something else."""
+    if exc is not None:
+        return f"a wait timed out ({exc[:200]})" if _TIMEOUT.search(exc) else None
+    for line in lines:
+        if m := _TIMEOUT.search(line):
+            said = line[line.rfind("] ", 0, m.start()) + 2 :] if "] " in line else line
+            return f"a wait timed out ({said.strip()[:200]})"
+    return None
 
 
 def _signal(lines: Sequence[str], i: int) -> Cause | None:
