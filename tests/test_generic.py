@@ -212,6 +212,35 @@ def test_a_cut_traceback_of_a_request_the_server_answered_is_quiet(sigs: Signatu
     assert shown(other + answered, sigs) == "crashed"
 
 
+@pytest.mark.parametrize(
+    "exc",
+    [
+        # FastAPI answers the request with the exception's status.
+        "fastapi.exceptions.HTTPException: 500: error during inference",
+        # TensorRT-LLM's executor ended the active requests with this error and steps on
+        # (executorImpl.cpp forwardAsync); a request handler raised it again.
+        "c_python_backend_utils.TritonModelException: Executor failed process requestId 16 due"
+        " to the following error: Encountered an error in forwardAsync function: [TensorRT-LLM]"
+        "[ERROR] Assertion failed: mNextBlocks.empty()",
+    ],
+)
+def test_a_request_answered_with_an_error_is_no_crash(exc: str, sigs: SignatureSet) -> None:
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/model.py", line 94, in execute\n'
+        "    for res in res_gen:\n"
+        '  File "/srv/lib/decode.py", line 190, in decode\n'
+        "    gen_response = self._generate()\n"
+        '  File "/srv/lib/handler.py", line 136, in _generate\n'
+        "    raise err\n"
+    )
+    assert shown(tb + exc + "\n", sigs) is None
+    # The same traceback ending in an error nobody answered is a crash.
+    assert shown(
+        tb + "RuntimeError: CUDA error: an illegal memory access was encountered\n", sigs
+    ) == ("crashed")
+
+
 def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
     text = (
         "[rank0]: RuntimeError: rpc call timed out after 300 s\nSegmentation fault (core dumped)\n"
