@@ -241,6 +241,18 @@ def test_a_request_answered_with_an_error_is_no_crash(exc: str, sigs: SignatureS
     ) == ("crashed")
 
 
+def test_a_stop_escalated_from_sigterm_to_sigkill_is_no_crash(sigs: SignatureSet) -> None:
+    # llm-d fast-model-actuation's launcher stopping an instance it began stopping with SIGTERM.
+    stop = (
+        "2026-09-18 15:09:03,397 - INFO - Stopping pid 1371 with SIGTERM because it remains\n"
+        "2026-09-18 15:09:03,397 - INFO - Stopping pid 1358 with SIGKILL because SIGTERM "
+        "was not enough\n"
+    )
+    assert shown(stop, sigs) is None
+    # A SIGKILL nobody escalated to is still a death.
+    assert shown("Worker 1358 was killed by SIGKILL\n", sigs) == "crashed"
+
+
 def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
     text = (
         "[rank0]: RuntimeError: rpc call timed out after 300 s\nSegmentation fault (core dumped)\n"

@@ -93,3 +93,43 @@ def test_a_trail_that_returns_in_progress_is_no_failure() -> None:
     # ncclInProgress (7): a non-blocking init still running, not an error.
     lines = ["h:1:2 [0] NCCL WARN waiting", "h:1:2 [0] NCCL INFO init.cc:1400 -> 7"]
     assert nccl_trail(lines, 1) is None
+
+
+def test_a_fork_that_prints_the_trail_at_warn_with_paths_is_read_the_same() -> None:
+    # Alibaba's ACCL prints NCCLCHECK's trail at WARN, with the source path; the trail's own
+    # lines are not the WARN that says what failed.
+    text = """\
+(Actor pid=16101) [host][16101:17880][0][transport.cc:120] NCCL WARN Could not connect to peer 3: Connection refused
+(Actor pid=16101) [host][16101:17880][0][init.cc:1815] NCCL WARN init.cc:1815 -> 5
+(Actor pid=16101) [host][16101:17880][0][group.cc:74] NCCL INFO /ACCL-P/src/group.cc:74 -> 5 [Async thread]
+"""
+    r = replay_read(text)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and "invalid usage" in r.cause.summary
+    assert "Could not connect to peer 3" in r.cause.summary
+
+
+def test_nvshmems_status_and_message_on_separate_lines_are_setup() -> None:
+    text = """\
+/opt/nvshmem/src/modules/transport/ibgda/ibgda.cpp:3005: non-zero status: 7 ibgda_rc_init2rtr failed on RC #0.
+/opt/nvshmem/src/host/transport/transport.cpp:400: non-zero status: 7
+connect EPS failed
+/opt/nvshmem/src/host/init/init.cu:1001: non-zero status: 7
+nvshmem setup connections failed
+"""
+    r = replay_read(text)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.stage == "init"
+    assert "connect EPS failed" in r.cause.summary
+
+
+def test_a_rank_that_cannot_fetch_the_unique_id_from_the_store_is_setup_at_bootstrap() -> None:
+    # torch ProcessGroupNCCL.cpp broadcastUniqueNCCLID: rank 0 never published the id.
+    text = (
+        "torch.distributed.DistBackendError: [1] is setting up NCCL communicator and retrieving "
+        "ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got "
+        "error: Socket Timeout\n"
+    )
+    r = replay_read(text)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.stage == "bootstrap"

@@ -26,7 +26,11 @@ _RESULTS = {
     "5": "invalid usage",
     "6": "remote error",
 }
-_TRAIL = re.compile(r"NCCL INFO (?P<file>(?:init|bootstrap)\.cc):\d+ -> (?P<r>[1-6])\b")
+# NCCL prints the trail at INFO; forks such as Alibaba's ACCL print it at WARN, with the path.
+_TRAIL = re.compile(
+    r"NCCL (?:INFO|WARN) (?:\S*/)?(?P<file>(?:init|bootstrap)\.cc):\d+ -> (?P<r>[1-6])\b"
+)
+_TRAIL_LINE = re.compile(r"^\S+\.cc:\d+ -> \d+")  # a WARN that is itself a trail line
 _PROXY_OP = re.compile(
     r"NCCL WARN \[Proxy Service \d+\] Failed to execute operation "
     r"(?P<op>Init|SharedInit|Setup|Connect) from rank (?P<rank>\d+), retcode (?P<r>\d+)"
@@ -70,6 +74,6 @@ def nccl_trail(lines: Sequence[str], i: int) -> TrailReading | None:
 
 def _warn_before(lines: Sequence[str], i: int) -> str:
     for line in reversed(lines[max(0, i - _BACK) : i]):
-        if m := _WARN.search(line):
+        if (m := _WARN.search(line)) and not _TRAIL_LINE.match(m["msg"]):
             return m["msg"].strip()[:160]
     return ""

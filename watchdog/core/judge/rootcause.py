@@ -294,6 +294,7 @@ _NCCL_ERR = re.compile(
 # torch elastic's rendezvous (torch/distributed/elastic/rendezvous).
 _STAGE_BOOT = re.compile(
     r"[Bb]ootstrap|rendezvous|Rendezvous|TCPStore|DistStoreError|clients joined"
+    r"|retrieving ncclUniqueId"
 )
 _STAGE_INIT = re.compile(
     r"ncclCommInit|CommInitRank|init\.cc|NCCLUtils\.[ch]pp|getNcclComm|init_process_group|initialize_model_parallel"
@@ -314,6 +315,9 @@ _SETUP = re.compile(
     r"|(?i:nvshmem)\S*.*[Bb]ootstrap.*(?:timed? ?out|failed|error)"
     r"|[Bb]ootstrap.*(?i:nvshmem).*(?:timed? ?out|failed|error)"
     r"|waiting for clients\. \d+/\d+ clients joined|RendezvousTimeoutError|RendezvousClosedError"
+    # torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp broadcastUniqueNCCLID: the rank could not
+    # fetch the communicator's ncclUniqueId from the store (rank 0 never published it).
+    r"|is setting up NCCL communicator and retrieving ncclUniqueId from"
 )
 # NVIDIA/nvshmem (3.x) src/host/transport/transport.cpp nvshmemi_setup_connections, called from
 # nvshmemi_common_init (src/host/init/init.cu `nvshmem setup connections failed`) only: a
@@ -325,6 +329,9 @@ _NVSHMEM_CONNECT = re.compile(
     r"(?P<file>[\w.]+):\d+: non-zero status: (?P<st>-?\d+):? (?P<what>connect EPS failed"
     r"|ep_connect failed|ibv_modify_qp failed|transport create connect failed"
     r"|nvshmem setup connections failed|create DCT share err)"
+    # The message on a line of its own, under its `file:N: non-zero status: N` line (the macro
+    # prints both; a console or a poster may break them apart).
+    r"|^\s*(?P<bare>connect EPS failed|nvshmem setup connections failed)\s*$"
 )
 _SETUP_FIX = (
     "The communicator between the ranks never came up, so no collective can run. Check that "
@@ -356,10 +363,11 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     if (trail := nccl_trail(lines, i)) is not None:
         return Cause("collective_setup", trail.summary, _SETUP_FIX, trail.line, trail.stage)
     if m := _NVSHMEM_CONNECT.search(line):
+        where = f" ({m['file']}, status {m['st']})" if m["file"] else ""
         return Cause(
             "collective_setup",
             "NVSHMEM could not connect its transport's endpoints (IB queue pairs): "
-            f"{m['what']} ({m['file']}, status {m['st']})",
+            f"{m['what'] or m['bare']}{where}",
             _SETUP_FIX,
             line,
             "init",
