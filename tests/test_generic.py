@@ -253,6 +253,31 @@ def test_a_stop_escalated_from_sigterm_to_sigkill_is_no_crash(sigs: SignatureSet
     assert shown("Worker 1358 was killed by SIGKILL\n", sigs) == "crashed"
 
 
+def test_ctrl_c_and_a_connect_nccl_retries_are_no_failure(sigs: SignatureSet) -> None:
+    # CPython's SIGINT handler raises KeyboardInterrupt: the stop someone asked for.
+    ctrl_c = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/test.py", line 96, in <module>\n'
+        "    main()\n"
+        '  File "/srv/test.py", line 56, in main\n'
+        "    res = engine.generate(prompt)\n"
+        '  File "/srv/omni.py", line 859, in _run_generation\n'
+        "    time.sleep(0.005)\n"
+        "KeyboardInterrupt\n"
+    )
+    assert shown(ctrl_c, sigs) is None
+    assert shown(ctrl_c.replace("KeyboardInterrupt", "RuntimeError: boom"), sigs) == "crashed"
+    # NCCL src/misc/socket.cc: one connect attempt timed out, and it is retried.
+    retry = (
+        "[misc/socket.cc:602] NCCL WARN socketPollConnect poll() failed, ret 1, error Connection "
+        "timed out, revents 8, connect to 172.16.30.229:39953\n"
+        "[misc/socket.cc:551] NCCL INFO socketPollConnect: connect returned Connection timed out, "
+        "retrying (1/34) after sleep for 100 msec\n"
+    )
+    assert shown(retry, sigs) is None
+    assert shown("[rank1]: RuntimeError: Connection timed out after 600 s\n", sigs) == "timed_out"
+
+
 def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
     text = (
         "[rank0]: RuntimeError: rpc call timed out after 300 s\nSegmentation fault (core dumped)\n"
