@@ -112,14 +112,20 @@ def test_the_same_error_in_a_burst_of_seconds_is_no_livelock(sigs: SignatureSet)
 
 
 def test_one_line_from_each_rank_is_no_livelock(sigs: SignatureSet) -> None:
-    # Eight workers each log the same line once (a connector's per-step note, untimed in the
-    # first 80 characters): one event seen eight times. One process saying it eight times in a
-    # row is a loop.
-    note = "DEBUG connector: injected 512 tokens for the step -- adapter.py:650"
-    ranks = "".join(f"(VllmWorkerProcess pid={100 + r}) {note}\n" for r in range(8))
+    # Eight workers each log the same line once (a connector's per-step note), a minute apart:
+    # one event seen eight times. One process saying it eight times over minutes is a loop, and
+    # the same eight lines with no time of their own cannot show that they lasted.
+    note = "connector: injected 512 tokens for the step -- adapter.py:650"
+    ranks = "".join(
+        f"(VllmWorkerProcess pid={100 + r}) DEBUG 03-02 10:{r:02d}:00 {note}\n" for r in range(8)
+    )
     assert shown(ranks, sigs) is None
-    one = "".join(f"(VllmWorkerProcess pid=100) {note}\n" for _ in range(8))
+    one = "".join(
+        f"(VllmWorkerProcess pid=100) DEBUG 03-02 10:{m:02d}:00 {note}\n" for m in range(8)
+    )
     assert shown(one, sigs) == "livelock"
+    untimed = "".join(f"(VllmWorkerProcess pid=100) DEBUG {note}\n" for _ in range(8))
+    assert shown(untimed, sigs) is None
     tp = "".join(
         f"[2026-03-02 10:{r:02d}:00 TP{r}] KV cache pool is full. Retract.\n" for r in range(8)
     )

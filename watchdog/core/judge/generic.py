@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from watchdog.core.knowledge.genericmodel import GenericClass, GenericRule
 from watchdog.core.model import LogEvent
@@ -75,14 +75,14 @@ def after_progress(events: Sequence[LogEvent]) -> list[LogEvent]:
     return list(events[last + 1 :])
 
 
-def _loading_beats(events: Sequence[LogEvent]) -> dict[str, float | None]:
+def _loading_beats(events: Sequence[LogEvent], loading: bool = True) -> dict[str, float | None]:
     """The content of each launcher heartbeat logged while loading (before any ready
-    milestone), with how often the launcher prints it: the launcher's liveness, judged by the
-    loading deadline, not a loop."""
+    milestone; every one with `loading=False`), with how often the launcher prints it: the
+    launcher's liveness, judged by the loading deadline, not a loop."""
     out: dict[str, float | None] = {}
     for ev in events:
         t = typed(ev)
-        if isinstance(t, Milestone) and t.ready:
+        if loading and isinstance(t, Milestone) and t.ready:
             break
         if isinstance(t, Heartbeat):
             out[content(ev.line)] = t.every_s
@@ -104,7 +104,11 @@ def find_classes(
     recent = after_progress(events)
     flags = progress_flags(list(events))
     moving = frozenset(content(e.line) for e, moved in zip(events, flags, strict=True) if moved)
-    beats = None if load_deadline_s is None else _Beats(_loading_beats(events), load_deadline_s)
+    beats = (
+        None
+        if load_deadline_s is None
+        else _Beats(_loading_beats(events), load_deadline_s, _loading_beats(events, False))
+    )
     found = []
     for cls in classes:
         for rule in cls.rules:
@@ -161,15 +165,25 @@ class _Beats:
 
     lines: dict[str, float | None]  # content -> the launcher's period (None: not known)
     deadline_s: float
+    periods: dict[str, float | None] = field(default_factory=dict)  # every heartbeat's period
+
+    def span(self, cycle: Sequence[str], rounds: int) -> float | None:
+        """How long a launcher's heartbeat cycle has been repeating, from its known period,
+        for lines a collector stripped the timestamps from; None when the cycle is no
+        heartbeat with a known period."""
+        known = self.periods or self.lines
+        if not known or not all(c in known for c in cycle):
+            return None
+        every = max((known[c] or 0.0) for c in cycle)
+        return rounds * every if every else None
 
     def loading(self, cycle: Sequence[str], span_s: float | None, rounds: int) -> bool:
         """Is a repeating cycle a launcher's heartbeat within the loading deadline? Without
-        timestamps (a collector stripped them) the span is the rounds times the period."""
+        timestamps the span is the rounds times the period."""
         if not self.lines or not all(c in self.lines for c in cycle):
             return False
         if span_s is None:
-            every = max((self.lines[c] or 0.0) for c in cycle)
-            span_s = rounds * every if every else None
+            span_s = self.span(cycle, rounds)
         return span_s is None or span_s < self.deadline_s
 
 
@@ -362,8 +376,13 @@ def _same_lines(
                 return None  # each rank said it once: a broadcast, not a loop
             first, last = timestamp_s(lines[-rounds * period]), timestamp_s(lines[-1])
             span = last - first if first is not None and last is not None else None
-            if span is not None and span < rule.min_s:
-                return None  # a burst within seconds, not a loop
+            if span is None and beats is not None:
+                span = beats.span(cycle, rounds)  # a heartbeat's known period
+            if span is None or span < rule.min_s:
+                # A burst within seconds is no loop; nor is a repetition whose lines carry no
+                # time of their own (a compiler's diagnostics, one per kernel; a Rust logger's
+                # ISO stamp the reader strips as a collector's): the log cannot show it lasted.
+                return None
             if beats is not None and beats.loading(cycle, span, rounds):
                 return None
             line = tail[-1].strip()
