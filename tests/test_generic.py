@@ -284,6 +284,22 @@ def test_ctrl_c_and_a_connect_nccl_retries_are_no_failure(sigs: SignatureSet) ->
     assert shown("[rank1]: RuntimeError: Connection timed out after 600 s\n", sigs) == "timed_out"
 
 
+def test_uvicorns_per_request_exception_is_no_crash(sigs: SignatureSet) -> None:
+    # uvicorn run_asgi logs an app's exception for one request and answers it 500.
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/uvicorn/protocols/http/httptools_impl.py", line 426, in run_asgi\n'
+        "    result = await app(self.scope, self.receive, self.send)\n"
+        '  File "/usr/lib/python3/vllm/entrypoints/openai/api_server.py", line 100, in create\n'
+        "    raise ValueError(msg)\n"
+        '  File "/usr/lib/python3/vllm/sampling_params.py", line 180, in _verify_args\n'
+        "    raise ValueError(f'max_tokens must be at least 1, got {self.max_tokens}.')\n"
+        "ValueError: max_tokens must be at least 1, got -1.\n"
+    )
+    assert shown("ERROR:    Exception in ASGI application\n" + tb, sigs) is None
+    assert shown(tb, sigs) == "crashed"
+
+
 def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
     text = (
         "[rank0]: RuntimeError: rpc call timed out after 300 s\nSegmentation fault (core dumped)\n"
