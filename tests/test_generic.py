@@ -42,6 +42,12 @@ def replay(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def traceback(*frames: tuple[str, int, str, str]) -> str:
+    """A Python traceback's header and frames (file, line, function, code), no exception line."""
+    body = "".join(f'  File "{f}", line {n}, in {fn}\n    {code}\n' for f, n, fn, code in frames)
+    return "Traceback (most recent call last):\n" + body
+
+
 def shown(text: str, sigs: SignatureSet) -> str | None:
     data = text.encode()
     _, evs = read_log(data, sigs, PATTERNS)
@@ -231,14 +237,10 @@ def test_a_cut_traceback_of_a_request_the_server_answered_is_quiet(sigs: Signatu
     ],
 )
 def test_a_request_answered_with_an_error_is_no_crash(exc: str, sigs: SignatureSet) -> None:
-    tb = (
-        "Traceback (most recent call last):\n"
-        '  File "/srv/model.py", line 94, in execute\n'
-        "    for res in res_gen:\n"
-        '  File "/srv/lib/decode.py", line 190, in decode\n'
-        "    gen_response = self._generate()\n"
-        '  File "/srv/lib/handler.py", line 136, in _generate\n'
-        "    raise err\n"
+    tb = traceback(
+        ("/srv/model.py", 94, "execute", "for res in res_gen:"),
+        ("/srv/lib/decode.py", 190, "decode", "gen_response = self._generate()"),
+        ("/srv/lib/handler.py", 136, "_generate", "raise err"),
     )
     assert shown(tb + exc + "\n", sigs) is None
     # The same traceback ending in an error nobody answered is a crash.
@@ -261,16 +263,11 @@ def test_a_stop_escalated_from_sigterm_to_sigkill_is_no_crash(sigs: SignatureSet
 
 def test_ctrl_c_and_a_connect_nccl_retries_are_no_failure(sigs: SignatureSet) -> None:
     # CPython's SIGINT handler raises KeyboardInterrupt: the stop someone asked for.
-    ctrl_c = (
-        "Traceback (most recent call last):\n"
-        '  File "/srv/test.py", line 96, in <module>\n'
-        "    main()\n"
-        '  File "/srv/test.py", line 56, in main\n'
-        "    res = engine.generate(prompt)\n"
-        '  File "/srv/omni.py", line 859, in _run_generation\n'
-        "    time.sleep(0.005)\n"
-        "KeyboardInterrupt\n"
-    )
+    ctrl_c = traceback(
+        ("/srv/test.py", 96, "<module>", "main()"),
+        ("/srv/test.py", 56, "main", "res = engine.generate(prompt)"),
+        ("/srv/omni.py", 859, "_run_generation", "time.sleep(0.005)"),
+    ) + ("KeyboardInterrupt\n")
     assert shown(ctrl_c, sigs) is None
     assert shown(ctrl_c.replace("KeyboardInterrupt", "RuntimeError: boom"), sigs) == "crashed"
     # NCCL src/misc/socket.cc: one connect attempt timed out, and it is retried.
@@ -286,16 +283,11 @@ def test_ctrl_c_and_a_connect_nccl_retries_are_no_failure(sigs: SignatureSet) ->
 
 def test_uvicorns_per_request_exception_is_no_crash(sigs: SignatureSet) -> None:
     # uvicorn run_asgi logs an app's exception for one request and answers it 500.
-    tb = (
-        "Traceback (most recent call last):\n"
-        '  File "/usr/lib/uvicorn/protocols/http/httptools_impl.py", line 426, in run_asgi\n'
-        "    result = await app(self.scope, self.receive, self.send)\n"
-        '  File "/usr/lib/python3/vllm/entrypoints/openai/api_server.py", line 100, in create\n'
-        "    raise ValueError(msg)\n"
-        '  File "/usr/lib/python3/vllm/sampling_params.py", line 180, in _verify_args\n'
-        "    raise ValueError(f'max_tokens must be at least 1, got {self.max_tokens}.')\n"
-        "ValueError: max_tokens must be at least 1, got -1.\n"
-    )
+    tb = traceback(
+        ("/usr/lib/uvicorn/protocols/http/httptools_impl.py", 426, "run_asgi", "await app()"),
+        ("/usr/lib/vllm/entrypoints/openai/api_server.py", 100, "create", "raise ValueError(m)"),
+        ("/usr/lib/vllm/sampling_params.py", 180, "_verify_args", "raise ValueError(m)"),
+    ) + ("ValueError: max_tokens must be at least 1, got -1.\n")
     assert shown("ERROR:    Exception in ASGI application\n" + tb, sigs) is None
     assert shown(tb, sigs) == "crashed"
 
