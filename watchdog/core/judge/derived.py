@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from watchdog.core.judge.divergence import divergence
-from watchdog.core.judge.rootcause import cause_of
+from watchdog.core.judge.rootcause import cause_of, setup_hinted
 from watchdog.core.model import LogEvent
 
 SETUP_PREFIX = "communicator set-up failed (read from the log): "
@@ -21,11 +21,19 @@ SETUP_PREFIX = "communicator set-up failed (read from the log): "
 
 def setup_line(events: Sequence[LogEvent]) -> tuple[str, str] | None:
     """(the derived line, the log line it was read from) when the log's root cause is a
-    communicator set-up failure, else None."""
+    communicator set-up failure, else None. A log without a word of a set-up reading is not
+    read further: the live watch derives its lines on every tick."""
+    if not any(_hinted(e) for e in events):
+        return None
     cause = cause_of(events)
     if cause is None or cause.kind != "collective_setup":
         return None
     return f"{SETUP_PREFIX}{cause.text()}", cause.line
+
+
+def _hinted(ev: LogEvent) -> bool:
+    exc = ev.fields.get("exception") if ev.kind == "stack" else None
+    return setup_hinted(ev.line) or (bool(exc) and setup_hinted(str(exc)))
 
 
 def with_derived(events: Sequence[LogEvent]) -> list[LogEvent]:

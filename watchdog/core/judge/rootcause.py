@@ -356,6 +356,29 @@ def setup_stage(lines: Sequence[str], i: int) -> str:
     return "first collective"
 
 
+# Every line setup_cause can read holds one of these (NCCL's and NVSHMEM's words, the IB steps
+# NVSHMEM names without its own, torch's rendezvous and store): a log with none of them is read
+# no further for a set-up failure (core/judge/derived.py runs on every tick).
+# Lower-case literals: a substring test per line costs a third of one case-blind regex.
+_SETUP_HINTS = (
+    "nccl",
+    "nvshmem",
+    "rendezvous",
+    "clients joined",
+    "connect eps failed",
+    "ep_connect failed",
+    "ibv_modify_qp failed",
+    "transport create connect failed",
+    "create dct share err",
+)
+
+
+def setup_hinted(text: str) -> bool:
+    """Could setup_cause read anything in `text`?"""
+    low = text.lower()
+    return any(h in low for h in _SETUP_HINTS)
+
+
 def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     """A communicator set-up failure on line `i` (an NCCL error before init completed, an
     NVSHMEM bootstrap or a rendezvous that timed out), with its stage."""
