@@ -117,6 +117,22 @@ def test_the_same_error_in_a_burst_of_seconds_is_no_livelock(sigs: SignatureSet)
     assert shown(minutes, sigs) == "livelock"
 
 
+def test_lines_timed_only_by_their_collector_are_judged_by_that_time(sigs: SignatureSet) -> None:
+    # A Rust `tracing` line (Dynamo's frontend) has the shape of `docker logs -t`'s stamp, which
+    # the reader strips as a collector's; journald's prefix carries the time the same way. The
+    # time it gave is the line's: a dozen times over two minutes is a loop, within a second not.
+    rust = (
+        "2026-03-02T10:{:02d}:{:02d}.120044Z  WARN dynamo_llm::kv_router: "
+        "no worker has capacity, waiting\n"
+    )
+    assert shown("".join(rust.format(*divmod(s * 10, 60)) for s in range(12)), sigs) == "livelock"
+    assert shown("".join(rust.format(0, 1) for _ in range(12)), sigs) is None
+    journald = "Mar 02 10:{:02d}:{:02d} node7 dynamo[812]: no worker has capacity, waiting\n"
+    minutes = "".join(journald.format(*divmod(s * 10, 60)) for s in range(12))
+    assert shown(minutes, sigs) == "livelock"
+    assert shown("".join(journald.format(0, 1) for _ in range(12)), sigs) is None
+
+
 def test_one_line_from_each_rank_is_no_livelock(sigs: SignatureSet) -> None:
     # Eight workers each log the same line once (a connector's per-step note), a minute apart:
     # one event seen eight times. One process saying it eight times over minutes is a loop, and
@@ -342,6 +358,18 @@ HEALTHY_TAIL = (
         # torch's driver-API check and cuBLAS.
         "RuntimeError: CUDA driver error: unknown error",
         "RuntimeError: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle)`",
+        # A container's end as its platform or a harness reports it, a model server that could
+        # not load its model, and LLVM's fatal error (Triton's JIT compiler, in-process).
+        "  Warning  BackOff  2m (x14 over 9m)  kubelet  Back-off restarting failed container "
+        "vllm in pod vllm-0_default(3f1c)",
+        "16:53:24 - ❌ Crashed container in pod: vllm-standalone-845945945-dljsw, container: vllm",
+        "E0218 20:57:33.147956 130 model_lifecycle.cc:654] \"failed to load 'ensemble' version "
+        '1: Internal: unexpected error when creating modelInstanceState"',
+        "error: creating server: Internal - failed to load all models",
+        "LLVM ERROR: Failed to compute parent layout for slice layout.",
+        # Ray: an actor whose constructor raised.
+        "Exception raised in creation task: The actor died because of an error raised in its "
+        "creation task, ray::AsyncVLLMInferenceEngine.__init__() (pid=31036)",
     ],
 )
 def test_a_process_killed_or_failed_is_a_crash(line: str, sigs: SignatureSet) -> None:
@@ -360,6 +388,10 @@ def test_a_process_killed_or_failed_is_a_crash(line: str, sigs: SignatureSet) ->
         "mpirun: process rank 0 exited normally",
         "INFO 03-02 10:00:00 [scheduler.py:1] Request cmpl-1 aborted by the client",
         "CUBLAS_STATUS_SUCCESS returned by cublasCreate",
+        # An image the kubelet cannot pull yet: the container never ran, nothing crashed.
+        '  Warning  Failed   1m  kubelet  Back-off pulling image "vllm/vllm-openai:v0.32.0"',
+        'I0218 20:57:40.127411 130 model_lifecycle.cc:835] "successfully loaded '
+        "'tensorrt_llm' version 1\"",
     ],
 )
 def test_orderly_exits_and_lookalikes_are_quiet(line: str, sigs: SignatureSet) -> None:

@@ -133,3 +133,44 @@ def test_a_rank_that_cannot_fetch_the_unique_id_from_the_store_is_setup_at_boots
     r = replay_read(text)
     assert r.names == ("collective_setup_failed",)
     assert r.cause is not None and r.cause.stage == "bootstrap"
+
+
+# torch's NCCL error with no frame of its own (a fabric that was not up: CUDA 802), and NCCL's
+# own INFO lines of the same start-up around it. Those lines are kept for the set-up reader
+# (core/knowledge/context.py): without them the error reads as a collective's.
+FABRIC = """\
+torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1691, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3
+ncclUnhandledCudaError: Call to CUDA function failed.
+Cuda failure 802 'system not yet initialized'
+host:162637:162637 [6] NCCL INFO Bootstrap : Using eth0:172.17.0.14<0>
+host:162635:162635 [4] NCCL INFO cudaDriverVersion 12020
+"""
+
+
+def test_an_nccl_error_among_nccls_own_start_up_lines_is_setup_live_and_in_replay() -> None:
+    r = replay_read(FABRIC)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.kind == "collective_setup"
+    v = live_verdict(FABRIC)
+    assert v.signature == "collective_setup_failed"
+    # The same error after the communicator came up is a collective's, not set-up.
+    done = (
+        "host:1:1 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+        + FABRIC.splitlines()[0]
+        + "\n"
+    )
+    r = replay_read(done)
+    assert r.names == () and r.cls == "crashed"
+    assert r.cause is not None and r.cause.kind == "collective"
+
+
+def test_an_nccl_error_in_a_ray_actors_constructor_is_setup_at_init() -> None:
+    # A vLLM engine as a Ray actor (python/ray/exceptions.py ActorDiedError): its constructor
+    # raised the NCCL error, so the communicator never came up.
+    text = """\
+(AsyncVLLMInferenceEngine pid=31037) RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details) [repeated 4x across cluster]
+(AsyncVLLMInferenceEngine pid=31036) Exception raised in creation task: The actor died because of an error raised in its creation task, ray::AsyncVLLMInferenceEngine.__init__() (pid=31036, ip=10.0.0.2)
+"""
+    r = replay_read(text)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.stage == "init"

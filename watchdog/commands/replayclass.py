@@ -6,20 +6,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from watchdog.core.judge.generic import ClassVerdict, class_verdict, find_classes
+from watchdog.core.judge.generic import ClassVerdict, class_verdict, find_classes, timestamp_s
 from watchdog.core.knowledge.signatures import SignatureSet
 from watchdog.core.model import LogEvent
 from watchdog.core.thresholds import Thresholds
-from watchdog.sources.logs.parse import clean_line
+from watchdog.sources.logs.parse import clean_line, collector_time
 from watchdog.sources.logs.split import split_records
 
 TAIL_LINES = 400  # livelock and a cut traceback are read from the log's last lines only
 
 
-def tail_records(data: bytes, n: int = TAIL_LINES) -> list[str]:
-    """The cleaned records of the log's last `n` lines."""
+def tail_records(data: bytes, n: int = TAIL_LINES) -> tuple[list[str], list[float | None]]:
+    """The cleaned records of the log's last `n` lines, and the time each one's collector prefix
+    gave it (docker -t, journald, a Rust logger's stamp; None without one): a record with no
+    time of its own is judged by that one."""
     lines = data[-256 * n :].decode("utf-8", errors="replace").splitlines()[-n:]
-    return [rec for line in lines for rec in split_records(clean_line(line))]
+    records: list[str] = []
+    times: list[float | None] = []
+    for line in lines:
+        stamp = collector_time(line)
+        at = timestamp_s(stamp) if stamp else None
+        for rec in split_records(clean_line(line)):
+            records.append(rec)
+            times.append(at)
+    return records, times
 
 
 def log_classes(
@@ -27,7 +37,8 @@ def log_classes(
 ) -> ClassVerdict | None:
     """The generic class a plain log shows, or None (judged by `th`, else the defaults)."""
     deadline = (th or Thresholds()).load_deadline_s
-    return class_verdict(find_classes(events, sigs.generic, tail_records(data), deadline))
+    tail, times = tail_records(data)
+    return class_verdict(find_classes(events, sigs.generic, tail, deadline, times))
 
 
 def classes_json(verdict: ClassVerdict | None) -> dict[str, Any] | None:

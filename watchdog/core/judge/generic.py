@@ -94,13 +94,15 @@ def find_classes(
     classes: Sequence[GenericClass],
     tail: Sequence[str] = (),
     load_deadline_s: float | None = None,
+    tail_times: Sequence[float | None] = (),
 ) -> list[GenericFinding]:
     """Each generic class the log shows (at most one finding per class), in the data's order.
 
     `events` are the parsed events in log order; `tail` the log's last records, for the
     classes that read every line (livelock); `load_deadline_s` how long a launcher may wait
     for its shard while loading (Thresholds.load_deadline_s; None: heartbeats are not told
-    apart from other lines)."""
+    apart from other lines); `tail_times` the time a collector's prefix gave each tail record
+    (None where it gave none), for records with no time of their own."""
     recent = after_progress(events)
     flags = progress_flags(list(events))
     moving = frozenset(content(e.line) for e, moved in zip(events, flags, strict=True) if moved)
@@ -112,7 +114,7 @@ def find_classes(
     found = []
     for cls in classes:
         for rule in cls.rules:
-            hit = _rule(rule, cls, recent, tail, moving, beats)
+            hit = _rule(rule, cls, recent, tail, moving, beats, tail_times)
             if hit is not None:
                 found.append(hit)
                 break
@@ -130,6 +132,7 @@ def _rule(
     tail: Sequence[str],
     moving: frozenset[str] = frozenset(),
     beats: _Beats | None = None,
+    tail_times: Sequence[float | None] = (),
 ) -> GenericFinding | None:
     if rule.kind == "line" and rule.pattern is not None:
         for ev in recent:
@@ -147,7 +150,7 @@ def _rule(
     if rule.kind == "stats_stall":
         return _stats_stall(rule, cls, recent)
     if rule.kind == "same_lines":
-        return _same_lines(rule, cls, tail, beats)
+        return _same_lines(rule, cls, tail, beats, tail_times)
     return None
 
 
@@ -355,11 +358,19 @@ def content(line: str) -> str:
 
 
 def _same_lines(
-    rule: GenericRule, cls: GenericClass, tail: Sequence[str], beats: _Beats | None = None
+    rule: GenericRule,
+    cls: GenericClass,
+    tail: Sequence[str],
+    beats: _Beats | None = None,
+    tail_times: Sequence[float | None] = (),
 ) -> GenericFinding | None:
     """The log ends with the same one to three lines over and over (`count` rounds at least);
-    a launcher's heartbeat while loading is loading, until the loading deadline."""
-    lines = [t.strip() for t in tail if t.strip()]
+    a launcher's heartbeat while loading is loading, until the loading deadline. A line's time
+    is its own timestamp, else the one its collector gave it (`tail_times`)."""
+    times = list(tail_times) + [None] * (len(tail) - len(tail_times))
+    kept = [(t.strip(), at) for t, at in zip(tail, times, strict=False) if t.strip()]
+    lines = [t for t, _ in kept]
+    stamps = [at for _, at in kept]
     body = [content(t) for t in lines]
     for period in (1, 2, 3):
         need = period * max(rule.count, 2)
@@ -374,7 +385,8 @@ def _same_lines(
         if rounds >= rule.count and not any(not c or _near_miss(cls, c) for c in cycle):
             if _one_per_process(lines[-rounds * period :], rule.count):
                 return None  # each rank said it once: a broadcast, not a loop
-            first, last = timestamp_s(lines[-rounds * period]), timestamp_s(lines[-1])
+            first = _time(lines[-rounds * period], stamps[-rounds * period])
+            last = _time(lines[-1], stamps[-1])
             span = last - first if first is not None and last is not None else None
             if span is None and beats is not None:
                 span = beats.span(cycle, rounds)  # a heartbeat's known period
@@ -388,6 +400,11 @@ def _same_lines(
             line = tail[-1].strip()
             return GenericFinding(cls, rule.label, line, f"{rounds} times in a row at the end")
     return None
+
+
+def _time(line: str, collected: float | None) -> float | None:
+    own = timestamp_s(line)
+    return own if own is not None else collected
 
 
 def _one_per_process(run: Sequence[str], count: int) -> bool:

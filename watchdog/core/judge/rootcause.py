@@ -305,6 +305,9 @@ _STAGE_INIT = re.compile(
     # utils.py `Engine core initialization failed`, a constructor's or init_device's frame).
     r"|failed to start|initialization failed|, in __init__\s*$|, in init_device\s*$"
     r"|, in from_engine_args\s*$"
+    # Ray (python/ray/exceptions.py ActorDiedError): an actor whose constructor raised, `The
+    # actor died because of an error raised in its creation task, ray::NAME.__init__()`.
+    r"|error raised in its creation task"
 )
 _INIT_DONE = re.compile(r"Init COMPLETE|init COMPLETE")
 # NVSHMEM host/bootstrap: `bootstrap ... timed out` / `nvshmemi_bootstrap... failed`; torch's
@@ -454,6 +457,12 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
 _LOOP = (
     (
         re.compile(r"Error in event loop: (?P<said>.+)"),
+        "TensorRT-LLM's executor loop (PyExecutor event loop)",
+    ),
+    (
+        # The executor thread's own traceback through its loop (its death line cut or, before
+        # 0.20's _event_loop_wrapper, never written): py_executor.py's loop frames.
+        re.compile(r", in (?:_executor_loop(?:_overlap|_pp)?|_event_loop_wrapper)\s*$"),
         "TensorRT-LLM's executor loop (PyExecutor event loop)",
     ),
     (

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from watchdog.core.knowledge.context import CONTEXT_PATTERNS
 from watchdog.core.knowledge.genericmodel import GenericClass
 from watchdog.core.knowledge.literals import required_literals
 from watchdog.core.knowledge.opdefs import OpDef
@@ -209,4 +210,5 @@ class SignatureSet:
         ]
         pats += [r.pattern.pattern for c in self.generic for r in c.rules if r.pattern]
         pats += [r.reset.pattern for c in self.generic for r in c.rules if r.reset]
+        pats += CONTEXT_PATTERNS  # read beside an error by the root-cause readers
         return re.compile("|".join(f"(?:{p})" for p in pats)) if pats else None

@@ -113,6 +113,37 @@ def clean_line(raw: str) -> str:
     return line.rstrip()
 
 
+# The collector prefixes above that carry the time the line was written: `docker logs -t` (and
+# a Rust `tracing` subscriber's own RFC 3339 stamp, which has the same shape), a log viewer's,
+# journald's. Group names as core/judge/generic.py timestamp_s reads them.
+_STAMPED = (
+    re.compile(
+        r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<hms>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?"
+        r"(?:Z|[+-]\d{2}:?\d{2})?(?: \| | )"
+    ),
+    re.compile(r"^(?P<mon>[A-Z][a-z]{2}) (?P<d>[ \d]\d) (?P<hms>\d{2}:\d{2}:\d{2}) "),
+)
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def collector_time(raw: str) -> str | None:
+    """The time a collector's prefix gives the line, as `[YYYY-]MM-DD HH:MM:SS`, or None. A line
+    whose own record carries no time keeps this one (replay's livelock reading needs the span
+    of the repeated lines, core/judge/generic.py)."""
+    line = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    for pat in _STAMPED:
+        m = pat.match(line)
+        if m is None:
+            continue
+        d = m["d"].strip().zfill(2)
+        if "mon" in m.groupdict():
+            if m["mon"] not in _MONTHS:
+                return None
+            return f"{_MONTHS.index(m['mon']) + 1:02d}-{d} {m['hms']}"
+        return f"{m['y']}-{m['mo']}-{d} {m['hms']}"
+    return None
+
+
 def split_proc(line: str) -> tuple[str | None, int | None, str]:
     """vLLM's `(Proc pid=N) ` prefix as (proc, pid, message); (None, None, line) without one."""
     m = _VLLM_PROC.match(line)
