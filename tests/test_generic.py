@@ -211,7 +211,12 @@ def test_a_traceback_the_server_moves_past_is_quiet(sigs: SignatureSet) -> None:
     # Ending the log, the same traceback is a crash unless a handler that survives logged it:
     # vLLM's serving layer answers that one request with an error (the class's `survived`).
     assert shown(text.split("INFO")[0], sigs) is None
-    ended = text.split("INFO")[0].replace("[serving_chat.py:250]", "[gpu_worker.py:250]")
+    ended = (
+        text.split("INFO")[0]
+        .replace("[serving_chat.py:250]", "[gpu_worker.py:250]")
+        .replace("entrypoints/openai/serving_chat.py", "v1/worker/gpu_worker.py")
+        .replace("create_chat_completion", "execute_model")
+    )
     assert shown(ended, sigs) == "crashed"
 
 
@@ -238,6 +243,111 @@ def test_a_cut_traceback_of_a_request_the_server_answered_is_quiet(sigs: Signatu
     # Nor does an answer save a traceback a handler that survives did not log.
     other = tb.replace("serving_chat.py:193]", "gpu_worker.py:193]")
     assert shown(other + answered, sigs) == "crashed"
+
+
+def test_a_traceback_through_a_request_route_is_one_requests_error(sigs: SignatureSet) -> None:
+    # SGLang 0.3's chat route (srt/server.py openai_v1_chat_completions, through the OpenAI
+    # adapter into TokenizerManager.generate_request), the header and exception cut: Starlette
+    # answers the route's exception with a 500 and uvicorn serves on.
+    route = traceback(
+        (
+            "/sg/lib/python3.11/site-packages/sglang/srt/server.py",
+            158,
+            "openai_v1_chat_completions",
+            "return await v1_chat_completions(tm, raw_request)",
+        ),
+        (
+            "/sg/lib/python3.11/site-packages/sglang/srt/openai_api/adapter.py",
+            828,
+            "v1_chat_completions",
+            "ret = await tokenizer_manager.generate_request(",
+        ),
+        (
+            "/sg/lib/python3.11/site-packages/sglang/srt/managers/tokenizer_manager.py",
+            150,
+            "generate_request",
+            "async for response in self._handle_batch_request(obj, request):",
+        ),
+    ).split("\n", 1)[1]
+    assert shown(route, sigs) is None
+    # The engine's own failure re-raised into the request (vLLM V0's engine client) is no
+    # request's error: a crash seen from the API side.
+    engine = traceback(
+        (
+            "/vllm/entrypoints/openai/serving_chat.py",
+            320,
+            "chat_completion_stream_generator",
+            "async for res in result_generator:",
+        ),
+        ("/vllm/engine/multiprocessing/client.py", 656, "_process_request", "raise request_output"),
+    ).split("\n", 1)[1]
+    assert shown(engine, sigs) == "crashed"
+    # A process's own traceback, its header cut, after a route's traceback that ended: the
+    # route's frame belongs to the first one.
+    crash = traceback(
+        ("/vllm/worker/model_runner.py", 1700, "execute_model", "hidden = model(**inputs)"),
+        ("/vllm/model_executor/models/llama.py", 340, "forward", "x = layer(x)"),
+    ).split("\n", 1)[1]
+    served = (
+        traceback(
+            (
+                "/vllm/entrypoints/openai/api_server.py",
+                410,
+                "create_chat_completion",
+                "generator = await handler.create_chat_completion(request, raw_request)",
+            ),
+        )
+        + "ValueError: too long\n"
+    )
+    assert shown(served, sigs) is None
+    assert shown(served + crash, sigs) == "crashed"
+    # Any FastAPI app's endpoint, and TensorRT-LLM's route (openai_server.py logs the traceback
+    # and answers an error response), but not the executor's own error, which stops its server.
+    fastapi = (
+        traceback(
+            (
+                "/py/site-packages/uvicorn/protocols/http/httptools_impl.py",
+                409,
+                "run_asgi",
+                "result = await app(self.scope, self.receive, self.send)",
+            ),
+            (
+                "/py/site-packages/fastapi/routing.py",
+                212,
+                "run_endpoint_function",
+                "return await dependant.call(**values)",
+            ),
+            ("/srv/app.py", 40, "chat", "return await engine.generate(prompt)"),
+        )
+        + "KeyError: 'messages'\n"
+    )
+    assert shown(fastapi, sigs) is None
+    trt = traceback(
+        (
+            "/py/site-packages/tensorrt_llm/serve/openai_server.py",
+            478,
+            "openai_chat",
+            "response = await create_chat_response(promise, postproc_params)",
+        ),
+        (
+            "/py/site-packages/tensorrt_llm/executor/result.py",
+            700,
+            "aresult",
+            "await self._aresult_step()",
+        ),
+    )
+    assert shown(trt + "ValueError: bad stop words\n", sigs) is None
+    dead = trt + "tensorrt_llm.executor.utils.CppExecutorError: Executor loop crashed\n"
+    assert shown(dead, sigs) == "crashed"
+    # A serving class's constructor runs at start-up, not for a request.
+    init = (
+        traceback(
+            ("/vllm/entrypoints/openai/api_server.py", 900, "run_server", "await init_app_state()"),
+            ("/vllm/entrypoints/openai/serving_chat.py", 60, "__init__", "self.load_template()"),
+        )
+        + "ValueError: bad chat template\n"
+    )
+    assert shown(init, sigs) == "crashed"
 
 
 @pytest.mark.parametrize(
@@ -305,7 +415,14 @@ def test_uvicorns_per_request_exception_is_no_crash(sigs: SignatureSet) -> None:
         ("/usr/lib/vllm/sampling_params.py", 180, "_verify_args", "raise ValueError(m)"),
     ) + ("ValueError: max_tokens must be at least 1, got -1.\n")
     assert shown("ERROR:    Exception in ASGI application\n" + tb, sigs) is None
-    assert shown(tb, sigs) == "crashed"
+    # run_asgi's frame alone says the same (uvicorn runs it for an HTTP request only); the same
+    # exception out of the server's start-up is a crash.
+    assert shown(tb, sigs) is None
+    startup = traceback(
+        ("/usr/lib/vllm/entrypoints/openai/api_server.py", 100, "run_server", "await init()"),
+        ("/usr/lib/vllm/sampling_params.py", 180, "_verify_args", "raise ValueError(m)"),
+    ) + ("ValueError: max_tokens must be at least 1, got -1.\n")
+    assert shown(startup, sigs) == "crashed"
 
 
 def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None:
@@ -366,6 +483,9 @@ HEALTHY_TAIL = (
         "E0218 20:57:33.147956 130 model_lifecycle.cc:654] \"failed to load 'ensemble' version "
         '1: Internal: unexpected error when creating modelInstanceState"',
         "error: creating server: Internal - failed to load all models",
+        "E0625 08:07:38.858565 1073 model_repository_manager.cc:579] Invalid argument: ensemble "
+        "'ensemble' depends on 'tensorrt_llm' which has no loaded version. Model 'tensorrt_llm' "
+        "loading failed with error: version 1 is at UNAVAILABLE state: Invalid argument",
         "LLVM ERROR: Failed to compute parent layout for slice layout.",
         # Ray: an actor whose constructor raised.
         "Exception raised in creation task: The actor died because of an error raised in its "

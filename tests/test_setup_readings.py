@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from tests.logreadings import live_verdict, replay_read
 from watchdog.core.judge.nccltrail import nccl_trail
+from watchdog.core.judge.rootcause import setup_cause
 
 # NCCL 2.7 on WSL2: the topology walk cannot resolve a PCI path, and the error returns through
 # graph/ and init.cc (NCCLCHECK, src/include/checks.h) to the communicator's init.
@@ -174,3 +175,66 @@ def test_an_nccl_error_in_a_ray_actors_constructor_is_setup_at_init() -> None:
     r = replay_read(text)
     assert r.names == ("collective_setup_failed",)
     assert r.cause is not None and r.cause.stage == "init"
+
+
+def test_nccls_cuda_check_failing_while_a_transport_is_set_up_is_setup() -> None:
+    # CUDACHECK (src/include/checks.h) WARNs `Cuda failure '...'` and returns
+    # ncclUnhandledCudaError; the proxy's Init and Setup answers say a transport was being set up.
+    text = """\
+node:4168:5290 [1] NCCL INFO Received and initiated operation=Init res=0
+node:4168:5290 [1] NCCL INFO Received and initiated operation=Setup res=0
+node:4167:5269 [0] transport/p2p.cc:275 NCCL WARN Cuda failure 'invalid argument'
+"""
+    r = replay_read(text)
+    assert r.names == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.stage == "init"
+    assert "Cuda failure 'invalid argument'" in r.cause.summary
+    # Once the communicator came up and the server served, the same error is a collective's.
+    late = (
+        "node:1:1 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init START\n"
+        "node:1:1 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE\n"
+        "INFO 03-02 10:00:00 [loggers.py:111] Engine 000: Avg prompt throughput: 12.0 tokens/s, "
+        "Avg generation throughput: 30.5 tokens/s, Running: 1 reqs, Waiting: 0 reqs\n"
+        + text.splitlines()[-1]
+        + "\n"
+    )
+    r = replay_read(late)
+    assert "collective_setup_failed" not in r.names and r.cls == "crashed"
+    assert r.cause is not None and r.cause.kind == "collective"
+    # The reader's own lines: an init that completed further back than the lines it reads with
+    # the error makes it a collective's; just before it, the error is at the first collective.
+    done = "node:1:1 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init COMPLETE"
+    error = text.splitlines()[-1]
+    start = done.replace("COMPLETE", "START")
+    far = [start, done] + ["node:1:1 [0] NCCL INFO Connected all rings"] * 30 + [error]
+    got = setup_cause(far, len(far) - 1)
+    assert got is not None and got.kind == "collective"
+    near = [start, done, error]
+    got = setup_cause(near, 2)
+    assert got is not None and got.kind == "collective_setup" and got.stage == "first collective"
+
+
+def test_a_store_wait_that_timed_out_is_setup_only_at_start_up() -> None:
+    # torch c10d socket.cpp SocketImpl::waitForInput: the store never answered a rank.
+    wait = (
+        "[rank1]:[W623 15:37:01.824135523 socket.cpp:485] [c10d] waitForInput: socket "
+        "SocketImpl(fd=100, addr=[node-0]:43590, remote=[node-0]:20000) timed out after 1800000ms\n"
+    )
+    startup = (
+        "[2025-06-23 15:37:01 TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2546, in run_scheduler_process\n'
+        "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, pp_rank, dp_rank)\n"
+        '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 312, in __init__\n'
+        "    self.tp_worker = TpWorkerClass(\n"
+    )
+    r = replay_read(wait + startup)
+    assert r.names[:1] == ("collective_setup_failed",)
+    assert r.cause is not None and r.cause.stage == "bootstrap"
+    # A KV pipe waiting on the same store while serving (vLLM's PyNccl pipe): not set-up.
+    serving = (
+        "(VllmWorkerProcess pid=50536) ERROR 04-11 00:33:04 [pynccl_pipe.py:265] wait timeout "
+        "after 300000ms, keys: /send_to/1/40\n"
+    )
+    r = replay_read(wait + serving)
+    assert "collective_setup_failed" not in r.names
+    assert r.cause is None or r.cause.kind != "collective_setup"

@@ -285,16 +285,26 @@ _ANSWERED = re.compile(r'HTTP/\d(?:\.\d)?" [1-5]\d\d\b')
 
 
 def _survived(tail: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
-    """Was the last traceback in the tail logged by a handler the server carries on after? Its
-    header line (a logger that prefixes every line tags it with the logging file) or the record
-    just before it (the message `logger.exception` wrote) matches one of `survived`."""
+    """Was the last traceback in the tail logged by a handler the server carries on after? One of
+    its frames (a request route's), its header line (a logger that prefixes every line tags it
+    with the logging file) or the record just before it (the message `logger.exception` wrote)
+    matches one of `survived`."""
     if not survived:
         return False
     lines = [t for t in tail if t.strip()]
-    for i in range(len(lines) - 1, -1, -1):
-        if "Traceback (most recent call last)" in lines[i]:
-            around = (lines[i], lines[i - 1] if i else "")
-            return any(p.search(line) for p in survived for line in around)
+    head = next(
+        (
+            i
+            for i in range(len(lines) - 1, -1, -1)
+            if "Traceback (most recent call last)" in lines[i]
+        ),
+        None,
+    )
+    if _through_route(lines[head or 0 :], survived):
+        return True
+    if head is not None:
+        around = (lines[head], lines[head - 1] if head else "")
+        return any(p.search(line) for p in survived for line in around)
     # The header was cut (a poster's excerpt, a rotated log): the logger's prefix on its last
     # frame tags the traceback, when the server is then seen answering a request (uvicorn's
     # access line): without the header, that is what shows the handler carried on.
@@ -302,6 +312,48 @@ def _survived(tail: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
     if at is None or not any(_ANSWERED.search(t) for t in lines[at + 1 :]):
         return False
     return any(p.search(lines[at]) for p in survived)
+
+
+# The frames through which an engine's failure reaches every request: vLLM V0's engine client
+# re-raises the exception the engine sent for the request (vllm/engine/multiprocessing/
+# client.py@v0.7.3 _process_request `raise request_output`), and the AsyncLLMEngine's streams
+# raise the one its dying loop put in each of them (async_llm_engine.py@v0.7.3 AsyncStream
+# __anext__, _process_request); V1's output collector raises the one the output handler put in
+# each (vllm/v1/engine/output_processor.py@v0.32.0 RequestOutputCollector.get `raise output`,
+# EngineDeadError when the engine core is gone). A route's traceback through them is the engine
+# failing. TensorRT-LLM's routes stop the server on the executor's own error
+# (tensorrt_llm/serve/openai_server.py: `except CppExecutorError: ... signal.raise_signal(SIGINT)`).
+_ENGINE_STREAM = re.compile(
+    r", in (?:_process_request|__anext__)\s*$|^\s*raise (?:request_)?output\s*$"
+    r"|\bCppExecutorError\b"
+)
+
+
+def _frame_part(line: str) -> str:
+    """A frame line from its `File "` on: the logger's prefix (`serving_chat.py:N]`) is who
+    logged it, read by the header rule, not where the frame is."""
+    return line[line.index('File "') :]
+
+
+def _through_route(lines: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
+    """Does the last traceback in `lines` run through a frame `survived` names (a request
+    route's: the exception left one request's handler)? A route frame whose traceback ended (an
+    exception line) before more frames came is another traceback's."""
+    at = next(
+        (
+            i
+            for i in range(len(lines) - 1, -1, -1)
+            if 'File "' in lines[i] and any(p.search(_frame_part(lines[i])) for p in survived)
+        ),
+        None,
+    )
+    if at is None:
+        return False
+    if any(_ENGINE_STREAM.search(content(t)) for t in lines):
+        return False  # the engine's own failure, re-raised into the requests
+    rest = [content(t) for t in lines[at + 1 :]]
+    end = next((i for i, b in enumerate(rest) if _EXC.match(b)), len(rest))
+    return not any(_FRAME.match(b) or _CUT_FRAME.match(b) for b in rest[end + 1 :])
 
 
 def _innermost_first(body: list[str]) -> bool:

@@ -285,16 +285,19 @@ def toolchain_cause(line: str) -> Cause | None:
 # to the NCCL developers, NCCL version X" / "unhandled system error (run with NCCL_DEBUG=INFO for
 # details)"; NCCL's own "ncclInternalError"/"ncclSystemError" names and `NCCL WARN` lines.
 # vLLM vllm/distributed/device_communicators/pynccl_wrapper.py NCCL_CHECK: "NCCL error: <string>".
+# NCCL's CUDACHECK (src/include/checks.h): `WARN("Cuda failure '%s'", cudaGetErrorString(err))`
+# and always returns ncclUnhandledCudaError: the WARN is the error, not a warning NCCL moves past.
 _NCCL_ERR = re.compile(
     r"NCCL error in: \S+, (?P<what>[^,]+?)(?:,| \(|$)|NCCL error: (?P<what2>[^,(]+)"
     r"|(?P<name>nccl(?:Internal|System|Unhandled\w*|InvalidUsage|Remote)Error)"
+    r"|NCCL WARN (?P<what3>Cuda failure '[^']+')"
 )
 # Where in the set-up: NCCL's init.cc / ncclCommInitRank, torch's getNcclComm / comm creation,
 # init_process_group; NCCL's bootstrap.cc and NVSHMEM's bootstrap plugins; c10d's TCPStore and
 # torch elastic's rendezvous (torch/distributed/elastic/rendezvous).
 _STAGE_BOOT = re.compile(
     r"[Bb]ootstrap|rendezvous|Rendezvous|TCPStore|DistStoreError|clients joined"
-    r"|retrieving ncclUniqueId"
+    r"|retrieving ncclUniqueId|waitForInput"
 )
 _STAGE_INIT = re.compile(
     r"ncclCommInit|CommInitRank|init\.cc|NCCLUtils\.[ch]pp|getNcclComm|init_process_group|initialize_model_parallel"
@@ -305,11 +308,16 @@ _STAGE_INIT = re.compile(
     # utils.py `Engine core initialization failed`, a constructor's or init_device's frame).
     r"|failed to start|initialization failed|, in __init__\s*$|, in init_device\s*$"
     r"|, in from_engine_args\s*$"
+    # NCCL's proxy answering a connection's set-up messages (src/proxy.cc proxyProgressAsync:
+    # `Received and initiated operation=Init|Setup|Connect res=0`): a transport being set up.
+    r"|operation=(?:Init|Setup|Connect) res="
     # Ray (python/ray/exceptions.py ActorDiedError): an actor whose constructor raised, `The
     # actor died because of an error raised in its creation task, ray::NAME.__init__()`.
     r"|error raised in its creation task"
 )
 _INIT_DONE = re.compile(r"Init COMPLETE|init COMPLETE")
+_INIT_MARK = re.compile(r"Init START|Init COMPLETE|init COMPLETE")
+_NEAR = 20  # lines before an error read for the set-up it belongs to
 # NVSHMEM host/bootstrap: `bootstrap ... timed out` / `nvshmemi_bootstrap... failed`; torch's
 # rendezvous: `DistStoreError: Timed out after N seconds waiting for clients. 1/2 clients joined.`
 # (torch/csrc/distributed/c10d/TCPStore.cpp) and elastic `RendezvousTimeoutError`.
@@ -322,6 +330,12 @@ _SETUP = re.compile(
     # fetch the communicator's ncclUniqueId from the store (rank 0 never published it).
     r"|is setting up NCCL communicator and retrieving ncclUniqueId from"
 )
+# torch/csrc/distributed/c10d/socket.cpp SocketImpl::waitForInput (C10D_WARNING): a store
+# client's wait for the store's answer timed out, `waitForInput: socket SocketImpl(...) timed out
+# after Nms`. At start-up that is a rank the rendezvous waits for that never arrived; a store
+# serves later waits too (a KV pipe's keys, a weight-sync group), so it is set-up only with a
+# start-up beside it.
+_STORE_WAIT = re.compile(r"waitForInput: socket .* timed out after \d+ms")
 # NVIDIA/nvshmem (3.x) src/host/transport/transport.cpp nvshmemi_setup_connections, called from
 # nvshmemi_common_init (src/host/init/init.cu `nvshmem setup connections failed`) only: a
 # transport's connect_endpoints failing (`connect EPS failed`) is set-up, never a runtime error.
@@ -347,7 +361,7 @@ _SETUP_FIX = (
 
 def setup_stage(lines: Sequence[str], i: int) -> str:
     """The set-up stage line `i` failed in, read from it and the kept lines before it."""
-    before = lines[max(0, i - 20) : i + 1]
+    before = lines[max(0, i - _NEAR) : i + 1]
     if any(_INIT_DONE.search(x) for x in before):
         return "first collective"
     # The error's own message may run on below it, and so may the traceback it ends.
@@ -357,6 +371,15 @@ def setup_stage(lines: Sequence[str], i: int) -> str:
     if any(_STAGE_INIT.search(x) for x in near):
         return "init"
     return "first collective"
+
+
+def _came_up_before(lines: Sequence[str], i: int) -> bool:
+    """Did the last communicator init NCCL logged before line `i` complete, further back than the
+    lines read with the error? Then an error now is a collective's, not set-up's."""
+    for j in range(i - 1, -1, -1):
+        if m := _INIT_MARK.search(lines[j]):
+            return "START" not in m[0] and j < i - _NEAR
+    return False
 
 
 # Every line setup_cause can read holds one of these (NCCL's and NVSHMEM's words, the IB steps
@@ -373,6 +396,7 @@ _SETUP_HINTS = (
     "ibv_modify_qp failed",
     "transport create connect failed",
     "create dct share err",
+    "waitforinput",
 )
 
 
@@ -398,6 +422,17 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
             line,
             "init",
         )
+    if _STORE_WAIT.search(line):
+        near = [x for x in lines[max(0, i - _NEAR) : i + 30] if not _STORE_WAIT.search(x)]
+        if not any(_STAGE_INIT.search(x) or _STAGE_BOOT.search(x) for x in near):
+            return None
+        return Cause(
+            "collective_setup",
+            f"the rendezvous store never answered: {line.strip()[:160]}",
+            _SETUP_FIX,
+            line,
+            "bootstrap",
+        )
     if _SETUP.search(line):
         stage = setup_stage(lines, i)
         return Cause(
@@ -411,8 +446,10 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     if m is None or "{" in m[0]:  # `raise RuntimeError(f"NCCL error: {error_str}")`: source
         return None
     stage = setup_stage(lines, i)
-    what = (m["what"] or m["what2"] or m["name"] or "NCCL error").strip()
-    if stage == "first collective" and not any(_STAGE_INIT.search(x) for x in lines[: i + 1]):
+    what = (m["what"] or m["what2"] or m["name"] or m["what3"] or "NCCL error").strip()
+    if stage == "first collective" and (
+        _came_up_before(lines, i) or not any(_STAGE_INIT.search(x) for x in lines[: i + 1])
+    ):
         # No sign of set-up around it: a collective's failure, the set-up stage unknown.
         return Cause("collective", f"NCCL {what} in a collective", _SETUP_FIX, line)
     return Cause(

@@ -18,4 +18,17 @@ NCCL_SETUP_PROGRESS = (
     r"|.*\bcomm 0x[0-9a-f]+ rank \d+ nranks \d+ .*- Init (?:START|COMPLETE))"
 )
 
-CONTEXT_PATTERNS: tuple[str, ...] = (NCCL_SETUP_PROGRESS,)
+# NCCL's proxy thread answering a connection's set-up messages (src/proxy.cc proxyProgressAsync
+# and proxyServiceInitOp, NCCL_DEBUG_SUBSYS=PROXY): `Received and initiated operation=Init
+# res=0`, `operation=Setup`, `operation=Connect`: a transport being set up, not yet in use.
+NCCL_PROXY_SETUP = r"NCCL INFO Received and initiated operation=(?:Init|Setup|Connect) res="
+
+# A traceback frame of a process's start-up: a constructor, vLLM's worker init_device and
+# from_engine_args, torch's init_process_group and vLLM's parallel-state set-up. An error under
+# one came before the process was serving (rootcause.py setup_stage reads them as stage init).
+STARTUP_FRAME = (
+    r'File "[^"]*", line \d+, in (?:__init__|init_device|from_engine_args|init_process_group'
+    r"|initialize_model_parallel|init_distributed_environment)\s*$"
+)
+
+CONTEXT_PATTERNS: tuple[str, ...] = (NCCL_SETUP_PROGRESS, NCCL_PROXY_SETUP, STARTUP_FRAME)
