@@ -21,7 +21,7 @@ import pytest
 import tomllib
 
 from tests.test_rootcause_deaths import live, replay
-from watchdog.core.judge.rootcause import _LOOP, _loop_name
+from watchdog.core.judge.loopdeath import LOOP, loop_name
 from watchdog.core.knowledge.signatures import load_signatures
 
 TABLE: dict[str, Any] = tomllib.loads(
@@ -56,7 +56,7 @@ def test_each_death_line_reads_as_its_signature_or_class(entry: dict[str, str]) 
         assert names and names[0] == entry["signature"], f"named {names}, class {cls}"
     else:
         assert (names, cls) == ((), entry["class"])
-    loop = _loop_name(entry["line"])
+    loop = loop_name(entry["line"])
     if loop is not None:  # the root cause names the loop the line comes from
         assert cause is not None and loop in cause.summary, cause
 
@@ -141,7 +141,7 @@ def vocabulary() -> list[tuple[str, str]]:
     for grule in crashed.rules:
         if grule.label in DEATH_RULES and grule.pattern is not None:
             out += [(grule.label, a) for a in alternatives(grule.pattern.pattern)]
-    out += [("rootcause loop table", a) for pat, _ in _LOOP for a in alternatives(pat.pattern)]
+    out += [("rootcause loop table", a) for pat, _ in LOOP for a in alternatives(pat.pattern)]
     return out
 
 

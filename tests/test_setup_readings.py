@@ -1,13 +1,14 @@
 # ruff: noqa: E501  (log lines are quoted whole, as the engines print them)
-"""A communicator that never came up, read once (core/judge/rootcause.py setup_cause, NCCL's
+"""A communicator that never came up, read once (core/judge/setupcause.py setup_cause, NCCL's
 error trail in core/judge/nccltrail.py) and named from that reading (core/judge/derived.py), in
 `replay` and live alike; with the near misses that must stay quiet or keep their own reading."""
 
 from __future__ import annotations
 
 from tests.logreadings import live_verdict, replay_read
+from watchdog.core.judge.cudacause import cuda_cause
 from watchdog.core.judge.nccltrail import nccl_trail
-from watchdog.core.judge.rootcause import setup_cause
+from watchdog.core.judge.setupcause import setup_cause
 
 # NCCL 2.7 on WSL2: the topology walk cannot resolve a PCI path, and the error returns through
 # graph/ and init.cc (NCCLCHECK, src/include/checks.h) to the communicator's init.
@@ -152,6 +153,12 @@ def test_an_nccl_error_among_nccls_own_start_up_lines_is_setup_live_and_in_repla
     r = replay_read(FABRIC)
     assert r.names == ("collective_setup_failed",)
     assert r.cause is not None and r.cause.kind == "collective_setup"
+    # NCCL's CUDA failure under it names the cause: CUDA 802, the NVSwitch fabric not up.
+    assert "CUDA 802 'system not yet initialized'" in r.cause.summary
+    assert "nvidia-fabricmanager" in r.cause.fix
+    torch = cuda_cause("RuntimeError: CUDA error: system not yet initialized")
+    assert torch is not None and "cudaErrorSystemNotReady" in torch.summary
+    assert "nvidia-fabricmanager" in torch.fix
     v = live_verdict(FABRIC)
     assert v.signature == "collective_setup_failed"
     # The same error after the communicator came up is a collective's, not set-up.

@@ -2,7 +2,7 @@
 
 Two readings of many lines become one line each, which a signature's log rule matches like any
 other: ranks whose NCCL watchdogs disagree on the collective (core/judge/divergence.py), and a
-communicator that never came up, as the root-cause reading finds it (core/judge/rootcause.py
+communicator that never came up, as the root-cause reading finds it (core/judge/setupcause.py
 setup_cause: NCCL's error trail into init.cc, an NCCL error before init completed, an NVSHMEM
 endpoint or bootstrap failure, a rendezvous that timed out). The set-up failure is read in one
 place, so the verdict's name and the root cause under it cannot disagree.
@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from watchdog.core.judge.divergence import divergence
-from watchdog.core.judge.rootcause import cause_of, setup_hinted
+from watchdog.core.judge.rootcause import cause_of
+from watchdog.core.judge.setupcause import setup_hinted
 from watchdog.core.model import LogEvent
 
 SETUP_PREFIX = "communicator set-up failed (read from the log): "

@@ -113,7 +113,7 @@ _NIXL_UCX = re.compile(
 # NVIDIA/nvshmem src/modules/transport/ibrc/ibrc.cpp progress_send: `ibv_poll_cq failed, status:
 # %d` through NVSHMEMI_NZ_ERROR_JMP (`file:line: non-zero status: N ...`);
 # src/modules/transport/ibdevx/ibdevx.cpp `Got ibdevx completion with error. hws: ... syn: %x`.
-# Runtime errors of a connected transport (its set-up failures are core/judge/rootcause.py's).
+# Runtime errors of a connected transport (its set-up failures are core/judge/setupcause.py's).
 _NVSHMEM_RT = re.compile(
     r"(?P<what>ibv_poll_cq failed, status: (?P<st>\d+)|Got ibdevx completion with error)"
 )

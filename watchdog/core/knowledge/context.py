@@ -11,7 +11,7 @@ from __future__ import annotations
 # and src/bootstrap.cc, 2.18-2.27): `NCCL INFO Bootstrap : Using eth0:...` (bootstrapNetInit),
 # `NCCL INFO cudaDriverVersion N` (ncclInit), `... comm 0x.. rank R nranks N ... - Init START`
 # and `- Init COMPLETE`, and `NCCL INFO ncclCommInitRank comm ...`. The set-up reader
-# (core/judge/rootcause.py setup_stage) tells an error before Init COMPLETE (set-up) from one
+# (core/judge/setupcause.py setup_stage) tells an error before Init COMPLETE (set-up) from one
 # after it (a collective) by them.
 NCCL_SETUP_PROGRESS = (
     r"NCCL INFO (?:Bootstrap ?:|cudaDriverVersion \d|ncclCommInitRank\w* comm"
@@ -25,7 +25,7 @@ NCCL_PROXY_SETUP = r"NCCL INFO Received and initiated operation=(?:Init|Setup|Co
 
 # A traceback frame of a process's start-up: a constructor, vLLM's worker init_device and
 # from_engine_args, torch's init_process_group and vLLM's parallel-state set-up. An error under
-# one came before the process was serving (rootcause.py setup_stage reads them as stage init).
+# one came before the process was serving (core/judge/setupcause.py reads them as stage init).
 STARTUP_FRAME = (
     r'File "[^"]*", line \d+, in (?:__init__|init_device|from_engine_args|init_process_group'
     r"|initialize_model_parallel|init_distributed_environment)\s*$"
