@@ -322,6 +322,42 @@ def test_a_traceback_through_a_request_route_is_one_requests_error(sigs: Signatu
         + "KeyError: 'messages'\n"
     )
     assert shown(fastapi, sigs) is None
+    # Starlette's exception wrapper runs for http and websocket scopes only (its middleware
+    # passes a lifespan straight on): a traceback through it is one request's, cut as it may be.
+    starlette = traceback(
+        (
+            "/py/site-packages/starlette/middleware/exceptions.py",
+            65,
+            "__call__",
+            "await wrap_app_handling_exceptions(self.app, conn)(scope, receive, send)",
+        ),
+        (
+            "/py/site-packages/starlette/_exception_handler.py",
+            53,
+            "wrapped_app",
+            "await app(scope, receive, sender)",
+        ),
+        (
+            "/py/site-packages/starlette/routing.py",
+            776,
+            "app",
+            "await route.handle(scope, receive, send)",
+        ),
+    ).split("\n", 1)[1]
+    assert shown(starlette, sigs) is None
+    lifespan = (
+        traceback(
+            (
+                "/py/site-packages/starlette/routing.py",
+                693,
+                "lifespan",
+                "async with self.lifespan_context(app) as maybe_state:",
+            ),
+            ("/srv/app.py", 20, "lifespan", "engine = build_engine()"),
+        )
+        + "RuntimeError: no GPU\n"
+    )
+    assert shown(lifespan, sigs) == "crashed"
     trt = traceback(
         (
             "/py/site-packages/tensorrt_llm/serve/openai_server.py",
@@ -487,6 +523,8 @@ HEALTHY_TAIL = (
         "'ensemble' depends on 'tensorrt_llm' which has no loaded version. Model 'tensorrt_llm' "
         "loading failed with error: version 1 is at UNAVAILABLE state: Invalid argument",
         "LLVM ERROR: Failed to compute parent layout for slice layout.",
+        # TensorRT-LLM's builder got no engine from TensorRT (builder.py build_engine).
+        "[08/11/2024-06:10:36] [TRT-LLM] [E] Engine building failed, please check the error log.",
         # Ray: an actor whose constructor raised.
         "Exception raised in creation task: The actor died because of an error raised in its "
         "creation task, ray::AsyncVLLMInferenceEngine.__init__() (pid=31036)",
