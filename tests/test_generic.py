@@ -345,6 +345,32 @@ def test_a_traceback_through_a_request_route_is_one_requests_error(sigs: Signatu
         ),
     ).split("\n", 1)[1]
     assert shown(starlette, sigs) is None
+    # A streaming response's disconnect listener cancelled, chained to a second traceback whose
+    # header ends the excerpt: the chain is one request's.
+    stream = (
+        traceback(
+            ("/py/site-packages/starlette/responses.py", 261, "wrap", "await func()"),
+            (
+                "/py/site-packages/starlette/responses.py",
+                238,
+                "listen_for_disconnect",
+                "message = await receive()",
+            ),
+            (
+                "/py/site-packages/uvicorn/protocols/http/httptools_impl.py",
+                553,
+                "receive",
+                "await self.message_event.wait()",
+            ),
+        )
+        + "asyncio.exceptions.CancelledError: Cancelled by cancel scope 757f107d7cd0\n\n"
+        + "During handling of the above exception, another exception occurred:\n\n"
+        + "Traceback (most recent call last):\n"
+    )
+    assert shown(stream, sigs) is None
+    engine = stream.replace("starlette/responses.py", "srv/engine.py")
+    engine = engine.replace("uvicorn/protocols/http/httptools_impl.py", "srv/loop.py")
+    assert shown(engine, sigs) == "crashed"
     lifespan = (
         traceback(
             (
@@ -523,6 +549,13 @@ HEALTHY_TAIL = (
         "'ensemble' depends on 'tensorrt_llm' which has no loaded version. Model 'tensorrt_llm' "
         "loading failed with error: version 1 is at UNAVAILABLE state: Invalid argument",
         "LLVM ERROR: Failed to compute parent layout for slice layout.",
+        # SGLang's CUDA-graph capture failing at start-up (cuda_graph_runner.py), DeepEP's host
+        # assertion (exception.cuh EP_HOST_ASSERT) and nvcc failing a JIT build.
+        "Exception: Capture cuda graph failed: Error in function 'run' at",
+        "RuntimeError: Failed: Assertion error /workspace/DeepEP/csrc/kernels/internode.cu:1713 "
+        "'num_max_nvl_chunked_recv_tokens / num_rdma_ranks > 0'",
+        '7 errors detected in the compilation of "/root/.cache/flashinfer/0.6.4/90a/generated/'
+        'gdn_prefill_sm90/gdn_prefill_kernel.cu".',
         # TensorRT-LLM's builder got no engine from TensorRT (builder.py build_engine).
         "[08/11/2024-06:10:36] [TRT-LLM] [E] Engine building failed, please check the error log.",
         # Ray: an actor whose constructor raised.

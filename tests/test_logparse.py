@@ -311,6 +311,14 @@ def test_keep_pattern_makes_line_events_only_when_matching() -> None:
             'INFO:     127.0.0.1:1 - "POST / HTTP/1.1" 200 OK',
             'INFO:     127.0.0.1:1 - "POST / HTTP/1.1" 200 OK',
         ),
+        # Ray's driver de-duplication note at the end, not the line's words.
+        (
+            '(RayWorkerWrapper pid=9) ERROR [worker_base.py:620]   File "/w.py", line 186, in '
+            "init_device [repeated 2x across cluster]",
+            '(RayWorkerWrapper pid=9) ERROR [worker_base.py:620]   File "/w.py", line 186, in '
+            "init_device",
+        ),
+        ("a [repeated 2x across cluster] b", "a [repeated 2x across cluster] b"),
     ],
 )
 def test_clean_line_strips_collector_prefixes_only(raw: str, clean: str) -> None:

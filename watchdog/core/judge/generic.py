@@ -42,7 +42,9 @@ _PREFIX = re.compile(
     r"(?:\((?:[^()]|\([^()]*\))*\bpid=\d+[^()]*\)\s*)*"
     r"(?:\[rank\d+\]:\s*)?"  # torchrun's per-rank `[rank0]: ` (pytorch/pytorch#132644)
     r"(?:\[[^\]]*\d{2}:\d{2}:\d{2}[^\]]*\]\s*|"
-    r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w.]+:\d+\]\s*)?|"
+    # vLLM's `[file.py:N]`, or at DEBUG a shortened path (`[v1/executor/multiproc_executor.py:N]`,
+    # vllm/logging_utils/formatter.py shrink_path).
+    r"(?:[A-Z]+ )?\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?\s*(?:\[?[\w./]+:\d+\]\s*)?|"
     r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}[.,\d]*\S*\s*(?:-?\s*[A-Z]+\s*-?\s*)?)?"
 )
 
@@ -300,7 +302,7 @@ def _survived(tail: Sequence[str], survived: Sequence[re.Pattern[str]]) -> bool:
         ),
         None,
     )
-    if _through_route(lines[head or 0 :], survived):
+    if _through_route(lines[_chain_start(lines, head) if head is not None else 0 :], survived):
         return True
     if head is not None:
         around = (lines[head], lines[head - 1] if head else "")
@@ -327,6 +329,24 @@ _ENGINE_STREAM = re.compile(
     r", in (?:_process_request|__anext__)\s*$|^\s*raise (?:request_)?output\s*$"
     r"|\bCppExecutorError\b"
 )
+
+
+# CPython's traceback chaining (Lib/traceback.py): a traceback printed under one of these lines
+# is the same exception's chain, raised while the one above it was handled.
+_CHAINED = re.compile(
+    r"During handling of the above exception, another exception occurred:|"
+    r"The above exception was the direct cause of the following exception:"
+)
+
+
+def _chain_start(lines: Sequence[str], head: int) -> int:
+    """The header of the first traceback in the chain the one at `head` ends."""
+    while head >= 1 and _CHAINED.search(lines[head - 1]):
+        earlier = [i for i in range(head - 1) if "Traceback (most recent call last)" in lines[i]]
+        if not earlier:
+            break
+        head = earlier[-1]
+    return head
 
 
 def _frame_part(line: str) -> str:

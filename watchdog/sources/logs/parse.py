@@ -93,6 +93,11 @@ _JIT_SPEC: tuple[tuple[str, str], ...] = (
 _JIT_ACTIONS = tuple((action, re.compile(p)) for action, p in _JIT_SPEC)
 
 
+# Ray's driver log de-duplication appends a count to a line the cluster's workers repeated
+# (python/ray/_private/ray_logging/__init__.py LogDeduplicator: ` [repeated 4x across
+# cluster]`): a collector's note, not the line's words.
+_RAY_DEDUP = re.compile(r" \[repeated \d+x across cluster\]$")
+
 # The prefixes as one anchored alternation: `match` tries the alternatives in order, so the
 # first prefix that matches is the one stripped, as trying each pattern in turn would; one
 # regex call per prefix instead of six (most lines have none).
@@ -110,6 +115,8 @@ def clean_line(raw: str) -> str:
         if m is None or not m.end():
             break
         line = line[m.end() :]
+    if line.endswith("across cluster]"):
+        line = _RAY_DEDUP.sub("", line)
     return line.rstrip()
 
 
