@@ -27,11 +27,18 @@ _CUDA_NAMES = {
 # cudaErrorSystemNotReady (802): "the system is not yet ready to start any CUDA work ... the
 # system management software" (cuda_runtime_api.h): on an NVSwitch system (HGX, DGX) the Fabric
 # Manager service has not brought the fabric up, so no kernel, collective or allocation runs.
-FABRIC_FIX = (
+NVSWITCH_FIX = (
     "The GPUs' NVSwitch fabric is not up (CUDA 802, cudaErrorSystemNotReady): start the "
     "nvidia-fabricmanager service (its version must match the driver's), check that "
     "`nvidia-smi -q` shows the fabric state Completed, then restart the server."
 )
+
+
+def fabric_down(err: str) -> bool:
+    """Is this CUDA error text cudaErrorSystemNotReady (the NVSwitch fabric not up)?"""
+    return err.startswith("system not yet initialized")
+
+
 # NCCL's own CUDA failure under its error (src/include/checks.h CUDACHECK `Cuda failure
 # 'text'`, and ncclGetLastError's `Cuda failure N 'text'` under torch's `Last error:`).
 NCCL_CUDA = re.compile(r"Cuda failure (?:(?P<n>\d+) )?'(?P<text>[^']+)'")
@@ -119,8 +126,8 @@ def cuda_cause(line: str) -> Cause | None:
         return Cause("cuda", f"CUDA out of memory (tried to allocate {m['size']})", _OOM_FIX, line)
     if m := _TORCH_CUDA.search(line):
         err = m["err"]
-        if err.startswith("system not yet initialized"):
-            return Cause("cuda", f"CUDA error {_cuda_name(err)}", FABRIC_FIX, line)
+        if fabric_down(err):
+            return Cause("cuda", f"CUDA error {_cuda_name(err)}", NVSWITCH_FIX, line)
         if err.startswith("out of memory"):
             return Cause(
                 "cuda", "CUDA error cudaErrorMemoryAllocation (out of memory)", _OOM_FIX, line

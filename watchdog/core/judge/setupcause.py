@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 
 from watchdog.core.judge.cause import Cause
-from watchdog.core.judge.cudacause import FABRIC_FIX, NCCL_CUDA
+from watchdog.core.judge.cudacause import NCCL_CUDA, NVSWITCH_FIX, fabric_down
 from watchdog.core.judge.nccltrail import nccl_trail
 
 # torch c10d NCCLUtils: "NCCL error in: <file>:<line>, internal error - please report this issue
@@ -94,13 +94,18 @@ def setup_stage(lines: Sequence[str], i: int) -> str:
     before = lines[max(0, i - _NEAR) : i + 1]
     if any(_INIT_DONE.search(x) for x in before):
         return "first collective"
-    # The error's own message may run on below it, and so may the traceback it ends.
-    near = lines[max(0, i - 20) : i + 30]
+    near = _near(lines, i)
     if any(_STAGE_BOOT.search(x) for x in near):
         return "bootstrap"
     if any(_STAGE_INIT.search(x) for x in near):
         return "init"
     return "first collective"
+
+
+def _near(lines: Sequence[str], i: int) -> Sequence[str]:
+    """The lines read with an error at `i`: its own message may run on below it, and so may the
+    traceback it ends."""
+    return lines[max(0, i - _NEAR) : i + 30]
 
 
 def _came_up_before(lines: Sequence[str], i: int) -> bool:
@@ -153,7 +158,7 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
             "init",
         )
     if _STORE_WAIT.search(line):
-        near = [x for x in lines[max(0, i - _NEAR) : i + 30] if not _STORE_WAIT.search(x)]
+        near = [x for x in _near(lines, i) if not _STORE_WAIT.search(x)]
         if not any(_STAGE_INIT.search(x) or _STAGE_BOOT.search(x) for x in near):
             return None
         return Cause(
@@ -182,8 +187,8 @@ def setup_cause(lines: Sequence[str], i: int) -> Cause | None:
     if cuda := next(filter(None, map(NCCL_CUDA.search, lines[i : i + 4])), None):
         if cuda["text"] not in what:
             what += f" (CUDA {cuda['n'] + ' ' if cuda['n'] else ''}'{cuda['text']}')"
-        if cuda["text"] == "system not yet initialized":
-            fix = FABRIC_FIX
+        if fabric_down(cuda["text"]):
+            fix = NVSWITCH_FIX
     if stage == "first collective" and (
         _came_up_before(lines, i) or not any(_STAGE_INIT.search(x) for x in lines[: i + 1])
     ):

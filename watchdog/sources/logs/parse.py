@@ -24,14 +24,19 @@ from watchdog.sources.logs.keepguard import keeps
 # CSI (colour, cursor moves), OSC (titles, ended by BEL or ST) and two-byte escapes.
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 
+# The collector prefixes that carry the time the line was written (collector_time reads it).
+# `docker logs -t` RFC3339Nano: `2026-05-12T07:54:39.312201059Z ` (tt-inference-server #3359); a
+# Rust `tracing` subscriber's own stamp has the same shape.
+_DOCKER_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) ")
+# log viewer: `2025-05-30 09:55:22.281 | ` (vllm #18916)
+_VIEWER_TS = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? \| ")
+# journald short format: `Aug 19 18:34:27 vllm vllm[8727]: ` (ProxmoxVED #2047)
+_JOURNALD = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ [^\s\[\]:]+(?:\[\d+\])?: ")
+_STAMPED = (_DOCKER_TS, _VIEWER_TS, _JOURNALD)
+
 # Outer prefixes added by whatever collected the log, stripped until none is left.
 _OUTER_PREFIXES: tuple[re.Pattern[str], ...] = (
-    # `docker logs -t` RFC3339Nano: `2026-05-12T07:54:39.312201059Z ` (tt-inference-server #3359)
-    re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) "),
-    # log viewer: `2025-05-30 09:55:22.281 | ` (vllm #18916)
-    re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:[.,]\d+)? \| "),
-    # journald short format: `Aug 19 18:34:27 vllm vllm[8727]: ` (ProxmoxVED #2047)
-    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \S+ [^\s\[\]:]+(?:\[\d+\])?: "),
+    *_STAMPED,
     # docker-compose: `qwen3-vl-32b  | ` (vllm-ascend #5117)
     re.compile(r"^[A-Za-z0-9][\w.-]*\s+\| "),
     # BuildKit elapsed seconds, optionally after the step number: `51.22 ` (spark-vllm-docker #245)
@@ -120,15 +125,10 @@ def clean_line(raw: str) -> str:
     return line.rstrip()
 
 
-# The collector prefixes above that carry the time the line was written: `docker logs -t` (and
-# a Rust `tracing` subscriber's own RFC 3339 stamp, which has the same shape), a log viewer's,
-# journald's. Group names as core/judge/generic.py timestamp_s reads them.
-_STAMPED = (
-    re.compile(
-        r"^(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ](?P<hms>\d{2}:\d{2}:\d{2})(?:[.,]\d+)?"
-        r"(?:Z|[+-]\d{2}:?\d{2})?(?: \| | )"
-    ),
-    re.compile(r"^(?P<mon>[A-Z][a-z]{2}) (?P<d>[ \d]\d) (?P<hms>\d{2}:\d{2}:\d{2}) "),
+# The time in one of those prefixes; group names as core/judge/generic.py timestamp_s reads them.
+_STAMP_TIME = re.compile(
+    r"(?:(?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})[T ]|(?P<mon>[A-Z][a-z]{2}) (?P<dd>[ \d]\d) )"
+    r"(?P<hms>\d{2}:\d{2}:\d{2})"
 )
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
@@ -138,17 +138,15 @@ def collector_time(raw: str) -> str | None:
     whose own record carries no time keeps this one (replay's livelock reading needs the span
     of the repeated lines, core/judge/generic.py)."""
     line = _ANSI.sub("", raw) if "\x1b" in raw else raw
-    for pat in _STAMPED:
-        m = pat.match(line)
-        if m is None:
-            continue
-        d = m["d"].strip().zfill(2)
-        if "mon" in m.groupdict():
-            if m["mon"] not in _MONTHS:
-                return None
-            return f"{_MONTHS.index(m['mon']) + 1:02d}-{d} {m['hms']}"
-        return f"{m['y']}-{m['mo']}-{d} {m['hms']}"
-    return None
+    prefix = next((m[0] for pat in _STAMPED if (m := pat.match(line))), None)
+    t = _STAMP_TIME.match(prefix) if prefix else None
+    if t is None:
+        return None
+    if t["mon"]:
+        if t["mon"] not in _MONTHS:
+            return None
+        return f"{_MONTHS.index(t['mon']) + 1:02d}-{t['dd'].strip().zfill(2)} {t['hms']}"
+    return f"{t['y']}-{t['mo']}-{t['d']} {t['hms']}"
 
 
 def split_proc(line: str) -> tuple[str | None, int | None, str]:
