@@ -549,6 +549,10 @@ HEALTHY_TAIL = (
         "'ensemble' depends on 'tensorrt_llm' which has no loaded version. Model 'tensorrt_llm' "
         "loading failed with error: version 1 is at UNAVAILABLE state: Invalid argument",
         "LLVM ERROR: Failed to compute parent layout for slice layout.",
+        # Triton's model table: a model that did not load, with its Status (core status.cc).
+        "| tensorrt_llm | 1       | UNAVAILABLE: Not found: unable to load shared library: "
+        "/opt/tritonserver/backends/tensorrtllm/libtriton_tensorrtllm.so: undefined symbol: "
+        "_ZNK12tensorrt_llm8executor8Response11getErrorMsgB5cxx11Ev |",
         # SGLang's CUDA-graph capture failing at start-up (cuda_graph_runner.py), DeepEP's host
         # assertion (exception.cuh EP_HOST_ASSERT) and nvcc failing a JIT build.
         "Exception: Capture cuda graph failed: Error in function 'run' at",
@@ -583,6 +587,8 @@ def test_a_process_killed_or_failed_is_a_crash(line: str, sigs: SignatureSet) ->
         '  Warning  Failed   1m  kubelet  Back-off pulling image "vllm/vllm-openai:v0.32.0"',
         'I0218 20:57:40.127411 130 model_lifecycle.cc:835] "successfully loaded '
         "'tensorrt_llm' version 1\"",
+        # Triton's table for a model unloaded on request.
+        "| tensorrt_llm | 1       | UNAVAILABLE: unloaded |",
     ],
 )
 def test_orderly_exits_and_lookalikes_are_quiet(line: str, sigs: SignatureSet) -> None:
@@ -896,8 +902,28 @@ def test_a_traceback_cut_inside_a_frame_path_or_after_one_frame_is_a_crash(
         "    main()\n"
     )
     assert shown(one, sigs) == "crashed"
-    # One frame without the header is a line that names a file, nothing more.
+    # One frame without the header is a line that names a file, nothing more...
     assert shown('  File "/srv/run.py", line 504, in <module>\n    main()\n', sigs) is None
+    # ... unless the exception that ends the log follows it: then the excepthook's last line
+    # reads as it does alone (a thread's traceback, its header cut).
+    thread = (
+        "Exception in thread Thread-1 (_manager_spawn):\n"
+        '  File "/srv/mpi4py/futures/_lib.py", line 938, in client_spawn\n'
+        "    comm = MPI.COMM_SELF.Spawn(python_exe, args, max_workers, info)\n"
+        "mpi4py.MPI.Exception: MPI_ERR_UNKNOWN: unknown error\n"
+    )
+    assert shown(thread, sigs) == "crashed"
+    assert shown(thread + HEALTHY_TAIL, sigs) is None
+    # A log that stops at a header: the traceback it begins was cut; logged below ERROR it is
+    # a handled error's record.
+    header = (
+        "[11/21/2024-10:26:11] [TRT-LLM] [I] Executor shutdown.\n"
+        "Traceback (most recent call last):\n"
+    )
+    assert shown(header, sigs) == "crashed"
+    assert (
+        shown("WARNING 03-02 10:00:00 [x.py:1] Traceback (most recent call last):\n", sigs) is None
+    )
 
 
 def test_an_uncaught_exception_line_ends_the_log_but_a_logged_one_does_not(

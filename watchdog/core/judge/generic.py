@@ -238,10 +238,14 @@ def _traceback_end(
     )
     if any(_near_miss(cls, b) for b in body) or _handled(tail):
         return None
-    if not frames:
-        return _bare_exception(rule, cls, tail, moving)
+    if not frames and body and body[-1].endswith("Traceback (most recent call last):"):
+        # The log stops at a header: the traceback it begins was cut (a paste, a lost pipe).
+        return GenericFinding(
+            cls, rule.label, body[-1], "the log ends at a traceback's header (its frames are cut)"
+        )
     if len(frames) < (1 if headed else 2):
-        return None
+        # No frames, or one without its header: what ends the log is the exception line alone.
+        return _bare_exception(rule, cls, tail, moving)
     after = body[frames[-1] + 1 :]
     exc = next((b for b in reversed(after) if _EXC.match(b)), None)
     if len(after) > (_AFTER_FRAME_EXC if exc else _AFTER_FRAME):
