@@ -68,7 +68,9 @@ def shown(text: str, sigs: SignatureSet) -> str | None:
         ("g016_vllm5376_journald_cjk_month_api_traceback.log", "crashed", "dead"),
         # A timeout whose traceback ends the process: the class is the timeout, the state dead.
         ("g299_ray59249_vllm_qwen3vl_ray_channel_timeout.log", "timed_out", "dead"),
-        ("n20_trl3157_c10d_waitforinput_timeout.log", "timed_out", "hung"),
+        # The store's wait timing out, and the traceback it raised, its frames cut.
+        ("n20_trl3157_c10d_waitforinput_timeout.log", "timed_out", "dead"),
+        ("n29_vllm51986_fi_allreduce_workspace_warnings.log", "timed_out", "hung"),
         ("n88_vllm17972_running1_zero_throughput_health200.log", "stalled", "stalled"),
         ("s_d_svd379_shm_broadcast_with_api_traffic.log", "stalled", "stalled"),
     ],
@@ -469,6 +471,29 @@ def test_ctrl_c_and_a_connect_nccl_retries_are_no_failure(sigs: SignatureSet) ->
     assert shown("[rank1]: RuntimeError: Connection timed out after 600 s\n", sigs) == "timed_out"
 
 
+def test_route_frames_a_terminal_wrapped_are_read_whole(sigs: SignatureSet) -> None:
+    # A terminal wraps every line at its width, inside a frame's path, in `line N` or before the
+    # function's name: the frames are joined again before they are read, and uvicorn's
+    # run_asgi frame still marks one request's traceback.
+    site = "/srv/venv/lib/python3.10/site-packages"
+    wrapped = (
+        "Traceback (most recent call last):\n"
+        f'  File "{site}/uvicorn/protocols/http/httptools_impl.py\n'
+        '", line 409, in run_asgi\n'
+        "    result = await app(  # type: ignore[func-returns-value]\n"
+        f'  File "{site}/uvicorn/middleware/proxy_headers.py", li\n'
+        "ne 60, in __call__\n"
+        "    return await self.app(scope, receive, send)\n"
+        f'  File "{site}/starlette/applications.py", line 112, in\n'
+        " __call__\n"
+        "    await self.middleware_stack(scope, receive, send)\n"
+    )
+    assert shown(wrapped, sigs) is None
+    # The same wrapped frames of a start-up (no route among them) are a crash.
+    startup = wrapped.replace("uvicorn/protocols/http/httptools_impl", "vllm/engine/core")
+    assert shown(startup, sigs) == "crashed"
+
+
 def test_uvicorns_per_request_exception_is_no_crash(sigs: SignatureSet) -> None:
     # uvicorn run_asgi logs an app's exception for one request and answers it 500.
     tb = traceback(
@@ -549,6 +574,11 @@ HEALTHY_TAIL = (
         "'ensemble' depends on 'tensorrt_llm' which has no loaded version. Model 'tensorrt_llm' "
         "loading failed with error: version 1 is at UNAVAILABLE state: Invalid argument",
         "LLVM ERROR: Failed to compute parent layout for slice layout.",
+        # Open MPI's job abort, nccl-tests' checks failing, and a Rust thread's panic.
+        "a non-zero exit code. Per user-direction, the job has been aborted.",
+        "c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'",
+        " .. fengyun pid 3164639: Test failure common.cu:844",
+        "thread '<unnamed>' panicked at /opt/dynamo/lib/runtime/src/storage/kv.rs:440:29:",
         # Triton's model table: a model that did not load, with its Status (core status.cc).
         "| tensorrt_llm | 1       | UNAVAILABLE: Not found: unable to load shared library: "
         "/opt/tritonserver/backends/tensorrtllm/libtriton_tensorrtllm.so: undefined symbol: "
