@@ -347,6 +347,31 @@ def test_a_traceback_through_a_request_route_is_one_requests_error(sigs: Signatu
         ),
     ).split("\n", 1)[1]
     assert shown(starlette, sigs) is None
+    # An `@app.middleware("http")` function (BaseHTTPMiddleware) and FastAPI's request handler:
+    # both run only for a request.
+    middleware = (
+        traceback(
+            (
+                "/py/site-packages/starlette/middleware/base.py",
+                144,
+                "coro",
+                "await self.app(scope, receive_or_disconnect, send_no_error)",
+            ),
+            ("/py/site-packages/fastapi/routing.py", 112, "app", "response = await f(request)"),
+            ("/srv/app.py", 40, "chat", "return await engine.generate(prompt)"),
+        ).split("\n", 1)[1]
+        + "ValueError: bad sampling parameters\n"
+    )
+    assert shown(middleware, sigs) is None
+    assert (
+        shown(
+            middleware.replace("fastapi/routing.py", "srv/loop.py").replace(
+                "starlette/middleware/base.py", "srv/engine.py"
+            ),
+            sigs,
+        )
+        == "crashed"
+    )
     # A streaming response's disconnect listener cancelled, chained to a second traceback whose
     # header ends the excerpt: the chain is one request's.
     stream = (
