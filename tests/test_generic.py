@@ -604,6 +604,11 @@ HEALTHY_TAIL = (
         "c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'",
         " .. fengyun pid 3164639: Test failure common.cu:844",
         "thread '<unnamed>' panicked at /opt/dynamo/lib/runtime/src/storage/kv.rs:440:29:",
+        # A pod's last container exit (kubectl describe), and TensorRT-LLM's exception frames
+        # through a plugin deserialized with the engine.
+        "      Exit Code:    137",
+        "5       0x7fb30cc1dcef tensorrt_llm::plugins::GemmPluginCreator::deserializePlugin(char "
+        "const*, void const*, unsigned long) + 191",
         # Triton's model table: a model that did not load, with its Status (core status.cc).
         "| tensorrt_llm | 1       | UNAVAILABLE: Not found: unable to load shared library: "
         "/opt/tritonserver/backends/tensorrtllm/libtriton_tensorrtllm.so: undefined symbol: "
@@ -642,6 +647,8 @@ def test_a_process_killed_or_failed_is_a_crash(line: str, sigs: SignatureSet) ->
         '  Warning  Failed   1m  kubelet  Back-off pulling image "vllm/vllm-openai:v0.32.0"',
         'I0218 20:57:40.127411 130 model_lifecycle.cc:835] "successfully loaded '
         "'tensorrt_llm' version 1\"",
+        # A container that completed.
+        "      Exit Code:    0",
         # Triton's table for a model unloaded on request.
         "| tensorrt_llm | 1       | UNAVAILABLE: unloaded |",
     ],
