@@ -464,6 +464,24 @@ def test_a_request_answered_with_an_error_is_no_crash(exc: str, sigs: SignatureS
     ) == ("crashed")
 
 
+def test_a_sticky_cuda_error_the_executor_ends_requests_with_is_a_crash(
+    sigs: SignatureSet,
+) -> None:
+    # CUDA leaves the context unusable after an illegal address (cudaErrorIllegalAddress): the
+    # executor's next step fails with it again, whatever it did with the requests.
+    line = (
+        "[TensorRT-LLM][ERROR] Encountered an error in forwardAsync function: [TensorRT-LLM]"
+        "[ERROR] CUDA runtime error in cudaMemcpyAsync(dst, src.data(), src.getSizeInBytes(), "
+        "cudaMemcpyDefault, mStream->get()): an illegal memory access was encountered "
+        "(/src/tensorrt_llm/cpp/tensorrt_llm/runtime/bufferManager.cpp:156)\n"
+    )
+    assert shown(line, sigs) == "crashed"
+    handled = line.replace("CUDA runtime error in", "Assertion failed in").replace(
+        "an illegal memory access was encountered", "mNextBlocks.empty()"
+    )
+    assert shown(handled, sigs) is None
+
+
 def test_a_stop_escalated_from_sigterm_to_sigkill_is_no_crash(sigs: SignatureSet) -> None:
     # llm-d fast-model-actuation's launcher stopping an instance it began stopping with SIGTERM.
     stop = (
