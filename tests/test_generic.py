@@ -565,6 +565,14 @@ def test_a_timeout_that_ends_in_a_crash_is_a_timeout(sigs: SignatureSet) -> None
     assert cv is not None and cv.primary.cls.id == "timed_out" and cv.state == "dead"
 
 
+def test_a_ucx_endpoint_timeout_is_a_timeout(sigs: SignatureSet) -> None:
+    # NIXL's UCX backend reports UCS_ERR_ENDPOINT_TIMEOUT by UCX's own status string.
+    text = (
+        "W0613 08:28:11.555796    7053 ucx_utils.cpp:43] Unexpected UCX error: Endpoint timeout\n"
+    )
+    assert shown(text, sigs) == "timed_out"
+
+
 # --- a process killed or failed, as its supervisor says it (lines in each one's own words) ---
 
 HEALTHY_TAIL = (
@@ -622,6 +630,8 @@ HEALTHY_TAIL = (
         "c2211f46f318: Test NCCL failure common.cu:1005 'unhandled CUDA error'",
         " .. fengyun pid 3164639: Test failure common.cu:844",
         "thread '<unnamed>' panicked at /opt/dynamo/lib/runtime/src/storage/kv.rs:440:29:",
+        # NVSHMEM's IB transport failing to create an endpoint's queue pair (ibrc.cpp ep_create).
+        "/workspace/nvshmem/src/modules/transport/ibrc/ibrc.cpp:349: NULL value qp creation failed",
         # A pod's last container exit (kubectl describe), and TensorRT-LLM's exception frames
         # through a plugin deserialized with the engine.
         "      Exit Code:    137",
