@@ -12,6 +12,7 @@ from watchdog.core.model import LogEvent
 from watchdog.core.thresholds import Thresholds
 from watchdog.sources.logs.parse import clean_line, collector_time
 from watchdog.sources.logs.split import split_records
+from watchdog.sources.logs.unwrap import unwrap_frames
 
 TAIL_LINES = 400  # livelock and a cut traceback are read from the log's last lines only
 
@@ -20,7 +21,7 @@ def tail_records(data: bytes, n: int = TAIL_LINES) -> tuple[list[str], list[floa
     """The cleaned records of the log's last `n` lines, and the time each one's collector prefix
     gave it (docker -t, journald, a Rust logger's stamp; None without one): a record with no
     time of its own is judged by that one."""
-    lines = data[-256 * n :].decode("utf-8", errors="replace").splitlines()[-n:]
+    lines = unwrap_frames(data[-256 * n :]).decode("utf-8", errors="replace").splitlines()[-n:]
     records: list[str] = []
     times: list[float | None] = []
     for line in lines:

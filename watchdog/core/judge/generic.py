@@ -221,7 +221,6 @@ def _traceback_end(
 ) -> GenericFinding | None:
     """A Python traceback that ends the log with its exception line (its header may be cut,
     as when a poster or a log rotation dropped `Traceback (most recent call last):`)."""
-    tail = _rejoined(tail)
     lines = [content(t) for t in tail if t.strip()]
     body = [b for b in lines if not _CARETS.match(b)][-max(rule.count, 3) - 8 :]
     if _survived(tail, cls.survived):
@@ -260,28 +259,6 @@ def _traceback_end(
     return GenericFinding(
         cls, rule.label, body[frames[-1]], "the log ends inside a traceback (its end is cut)"
     )
-
-
-# A frame line whole: `File "PATH", line N, in NAME`.
-_WHOLE_FRAME = re.compile(r'File "[^"]+", line \d+, in [\w<>.]+\s*$')
-
-
-def _rejoined(tail: Sequence[str]) -> list[str]:
-    """The tail with the frame lines a terminal wrapped at its width joined again: a line with
-    `File "` that is no whole frame, and the next line that makes it one (the wrap may fall in
-    the path, in `line N` or before the function's name)."""
-    out: list[str] = []
-    for line in tail:
-        last = out[-1] if out else ""
-        if 'File "' in last and not _WHOLE_FRAME.search(last):
-            joined = next(
-                (j for j in (last + line, f"{last} {line}") if _WHOLE_FRAME.search(j)), None
-            )
-            if joined is not None:
-                out[-1] = joined
-                continue
-        out.append(line)
-    return out
 
 
 def _bare_exception(

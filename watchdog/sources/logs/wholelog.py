@@ -21,6 +21,7 @@ from watchdog.sources.logs.prefilter import Prefilter, keys_of, spans_at
 from watchdog.sources.logs.scan import BlockScanner, StackBlocks
 from watchdog.sources.logs.split import Block, LineSplitter, count_lines, split_records
 from watchdog.sources.logs.stackdumps import StackScanner
+from watchdog.sources.logs.unwrap import unwrap_frames
 
 _SOURCE = "replay"
 
@@ -51,6 +52,7 @@ def scan_bytes(
     engine log formats (None: the engine-neutral formats only), `ops` other operations."""
     ops = sigs.ops if ops is None else ops  # the table loaded with the signatures
     data = data.replace(b"\x00", b"") if b"\x00" in data else data
+    data = unwrap_frames(data)  # a pasted traceback's frames, joined where a terminal wrapped
     block = Block(data)
     stacks = StackScanner()
     scanner = BlockScanner(sigs.log_keep_pattern(), patterns=patterns)
@@ -70,7 +72,7 @@ def scan_bytes(
 def log_records(data: bytes) -> list[str]:
     """Every cleaned record of a log, in order (the full read scan_bytes stands in for)."""
     splitter = LineSplitter()
-    raw = splitter.feed(data) + [x for x in [splitter.flush()] if x]
+    raw = splitter.feed(unwrap_frames(data)) + [x for x in [splitter.flush()] if x]
     return [rec for line in raw for rec in split_records(clean_line(line))]
 
 
