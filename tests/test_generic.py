@@ -632,6 +632,9 @@ HEALTHY_TAIL = (
         "thread '<unnamed>' panicked at /opt/dynamo/lib/runtime/src/storage/kv.rs:440:29:",
         # NVSHMEM's IB transport failing to create an endpoint's queue pair (ibrc.cpp ep_create).
         "/workspace/nvshmem/src/modules/transport/ibrc/ibrc.cpp:349: NULL value qp creation failed",
+        # torch's std::terminate handler (Windows), and a Ray Serve replica that did not start.
+        "Unhandled exception caught in c10/util/AbortHandler.h",
+        "          A replica failed to start with exception. Retrying 19 more time(s). Error:",
         # A pod's last container exit (kubectl describe), and TensorRT-LLM's exception frames
         # through a plugin deserialized with the engine.
         "      Exit Code:    137",
